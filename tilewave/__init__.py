@@ -1,0 +1,20 @@
+"""tilewave: GPU synchronisation and memory-pipelining passes for Apache TVM TIR.
+
+Importing tilewave registers its own TIR ops (``T.tilewave.*``) with TVM.
+"""
+
+from tilewave.errors import TilewaveError
+from tilewave.ir import OpEffect, register_intrinsic, unregister_intrinsic
+from tilewave.targets import TargetInfo, get_target
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OpEffect",
+    "TargetInfo",
+    "TilewaveError",
+    "__version__",
+    "get_target",
+    "register_intrinsic",
+    "unregister_intrinsic",
+]

@@ -1,0 +1,1 @@
+"""tilewave.codegen."""

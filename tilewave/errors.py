@@ -1,0 +1,72 @@
+"""tilewave's exception hierarchy.
+
+Every user-facing failure raises a :class:`TilewaveError` subclass whose message says
+what was wrong, where (function, statement or buffer), and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class TilewaveError(Exception):
+    """Base class of every error tilewave raises for a user mistake or an unsupported input."""
+
+
+class UnknownTargetError(TilewaveError):
+    """A target name or ``tvm.target.Target`` that tilewave has no architecture facts for."""
+
+
+class KernelSourceError(TilewaveError):
+    """A kernel file that cannot be loaded or defines no ``@T.prim_func`` / IRModule."""
+
+
+class MalformedKernelError(TilewaveError):
+    """A PrimFunc whose structure a pass cannot handle (wrong scope, bad loop, bad operands)."""
+
+
+class UnclassifiedOpError(TilewaveError):
+    """An op whose effect on shared memory or the memory proxy tilewave does not know,
+    met where the classification decides correctness."""
+
+
+class IntrinsicRegistrationError(TilewaveError):
+    """A bad call to :func:`tilewave.register_intrinsic`."""
+
+
+class PassOptionError(TilewaveError):
+    """A pass constructed with an invalid option (a count below 1, an unknown buffer...)."""
+
+
+class SharedMemoryLimitError(TilewaveError):
+    """A shared-memory (LDS) allocation that exceeds the target's per-block limit."""
+
+
+class DebugOptionError(TilewaveError):
+    """A bad debugging switch: an unreadable override file, an unwritable dump directory."""
+
+
+def where(func_name: str | None, stmt: object | None = None) -> str:
+    """Format the location part of an error message: the function and a short statement text.
+
+    Args:
+        func_name: the PrimFunc's name (``global_symbol``) or ``None`` when unknown.
+        stmt: the offending statement or expression; its TVMScript text is abbreviated.
+    """
+    parts = []
+    if func_name:
+        parts.append(f"in function '{func_name}'")
+    if stmt is not None:
+        text = _short_text(stmt)
+        if text:
+            parts.append(f"at `{text}`")
+    return " ".join(parts)
+
+
+def _short_text(stmt: object, limit: int = 120) -> str:
+    script = getattr(stmt, "script", None)
+    try:
+        text = script() if callable(script) else str(stmt)
+    except Exception:  # printing is best effort: a location must never mask the real error
+        text = str(stmt)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    flat = " ".join(lines)
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -1,0 +1,255 @@
+"""A reflection-based visitor and mutator over ``tvm.tirx`` statements and expressions.
+
+TVM 0.26/0.27 ship no Python statement functor for ``tirx``. Every node exposes its
+fields through FFI reflection (``type(node).__tvm_ffi_type_info__``), so one generic
+walker covers every node kind, present and future:
+
+* :class:`TIRVisitor` calls ``visit_<ClassName>(node)`` where defined, else visits the
+  node's children (statements, expressions, arrays and maps of them, ``IterVar``,
+  ``Range``).
+* :class:`TIRMutator` does the same but returns a node; a node is rebuilt (through
+  ``ffi.MakeObjectFromPackedArgs``) only when one of its children changed, so unchanged
+  subtrees come back as the *same* object.
+* :func:`substitute` and :func:`post_order_visit` are built on them.
+
+Types (``ty`` fields, ``BufferType``) and source spans are not walked: they are not
+statements or expressions.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import tvm
+import tvm_ffi
+from tvm import ir, tirx
+
+__all__ = [
+    "TIRMutator",
+    "TIRVisitor",
+    "node_fields",
+    "post_order_visit",
+    "rebuild",
+    "substitute",
+]
+
+_make_object = tvm_ffi.get_global_func("ffi.MakeObjectFromPackedArgs")
+
+# Fields that never hold statements/expressions to walk.
+_SKIPPED_FIELDS = frozenset({"span", "ty"})
+# Leaves: nodes with no walkable children (their fields are names, values, types).
+_LEAF_TYPES: tuple[type, ...] = (ir.Op, ir.GlobalVar, ir.expr.Var, tirx.IntImm, tirx.FloatImm,
+                                 ir.expr.StringImm)
+# Walkable node kinds besides Stmt and Expr.
+_AUX_NODE_TYPES: tuple[type, ...] = (tirx.IterVar, ir.Range)
+
+
+@functools.cache
+def _all_fields(cls: type) -> tuple[Any, ...]:
+    chain = []
+    info = getattr(cls, "__tvm_ffi_type_info__", None)
+    while info is not None:
+        chain.append(info)
+        info = info.parent_type_info
+    return tuple(f for info in reversed(chain) for f in info.fields)
+
+
+@functools.cache
+def node_fields(cls: type) -> tuple[str, ...]:
+    """Names of the reflected fields of node class ``cls`` that may hold child nodes.
+
+    Parent fields come first, as in the C++ object layout; ``span`` and ``ty`` are left out.
+    """
+    return tuple(f.name for f in _all_fields(cls) if f.name not in _SKIPPED_FIELDS)
+
+
+@functools.cache
+def _var_only_fields(cls: type) -> frozenset[str]:
+    """Fields whose schema is exactly ``ir.Var``: they accept a Var, never another expression."""
+    names = set()
+    for field in _all_fields(cls):
+        schema = (field.metadata or {}).get("type_schema")
+        if schema and json.loads(schema).get("type") == "ir.Var":
+            names.add(field.name)
+    return frozenset(names)
+
+
+def _is_node(value: Any) -> bool:
+    return isinstance(value, (tirx.Stmt, ir.expr.Expr, *_AUX_NODE_TYPES))
+
+
+def rebuild(node: Any, changes: Mapping[str, Any]) -> Any:
+    """Return a copy of ``node`` with the fields in ``changes`` replaced.
+
+    Every other field (including ``span`` and ``ty``) is carried over unchanged.
+    """
+    type_key = type(node).__tvm_ffi_type_info__.type_key
+    args: list[Any] = []
+    for field in _all_fields(type(node)):
+        args.append(field.name)
+        args.append(changes[field.name] if field.name in changes else getattr(node, field.name))
+    return _make_object(type_key, *args)
+
+
+class TIRVisitor:
+    """Read-only walk over a TIR statement or expression tree.
+
+    Subclasses define ``visit_<ClassName>(self, node)`` (``visit_For``, ``visit_BufferStore``,
+    ``visit_Call``, ``visit_TensorLoad``...) and call :meth:`generic_visit` inside it to keep
+    descending. Children are visited in field order, which for statements is execution order.
+
+    Example::
+
+        class CountStores(TIRVisitor):
+            def __init__(self):
+                self.count = 0
+            def visit_BufferStore(self, node):
+                self.count += 1
+                self.generic_visit(node)
+    """
+
+    def visit(self, node: Any) -> None:
+        """Visit ``node`` (a Stmt, Expr, IterVar, Range, or a list/array of them)."""
+        if node is None:
+            return
+        if isinstance(node, (list, tuple, tvm_ffi.Array)):
+            for item in node:
+                self.visit(item)
+            return
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            method(node)
+        else:
+            self.generic_visit(node)
+
+    def generic_visit(self, node: Any) -> None:
+        """Visit every child of ``node``."""
+        if isinstance(node, _LEAF_TYPES):
+            return
+        for name in node_fields(type(node)):
+            self._visit_value(getattr(node, name))
+
+    def _visit_value(self, value: Any) -> None:
+        if _is_node(value):
+            self.visit(value)
+        elif isinstance(value, (tvm_ffi.Array, list, tuple)):
+            for item in value:
+                self._visit_value(item)
+        elif isinstance(value, tvm_ffi.Map):
+            for item in value.values():
+                self._visit_value(item)
+
+
+class TIRMutator:
+    """Rebuilding walk over a TIR statement or expression tree.
+
+    Subclasses define ``visit_<ClassName>(self, node)`` returning the replacement node, and
+    call :meth:`generic_visit` to mutate the children. A node whose children all come back
+    unchanged (the same objects) is returned as is, so an identity mutation returns the
+    identical tree.
+
+    A statement visitor may return ``None`` to delete the statement from a ``SeqStmt``.
+    """
+
+    def visit(self, node: Any) -> Any:
+        """Return the mutated form of ``node``."""
+        if node is None:
+            return None
+        method = getattr(self, "visit_" + type(node).__name__, None)
+        if method is not None:
+            return method(node)
+        return self.generic_visit(node)
+
+    def generic_visit(self, node: Any) -> Any:
+        """Mutate every child of ``node``; rebuild ``node`` only if a child changed."""
+        if isinstance(node, _LEAF_TYPES):
+            return node
+        changes: dict[str, Any] = {}
+        var_only = _var_only_fields(type(node))
+        for name in node_fields(type(node)):
+            old = getattr(node, name)
+            new = self._mutate_value(old)
+            if new is old:
+                continue
+            if name in var_only and not isinstance(new, ir.expr.Var):
+                # A definition site (loop_var, buffer) cannot become an arbitrary expression.
+                continue
+            changes[name] = new
+        if not changes:
+            return node
+        if isinstance(node, tirx.SeqStmt):
+            return _make_seq(changes["seq"], node)
+        return rebuild(node, changes)
+
+    def _mutate_value(self, value: Any) -> Any:
+        if _is_node(value):
+            return self.visit(value)
+        if isinstance(value, (tvm_ffi.Array, list, tuple)):
+            items = list(value)
+            new_items = [self._mutate_value(item) for item in items]
+            if all(a is b for a, b in zip(items, new_items, strict=True)):
+                return value
+            return [item for item in new_items if item is not None]
+        if isinstance(value, tvm_ffi.Map):
+            new_map = {key: self._mutate_value(item) for key, item in value.items()}
+            if all(new_map[key] is item for key, item in value.items()):
+                return value
+            return new_map
+        return value
+
+
+def _make_seq(items: list[Any], original: tirx.SeqStmt) -> tirx.Stmt:
+    flat: list[tirx.Stmt] = []
+    for item in items:
+        if isinstance(item, tirx.SeqStmt):
+            flat.extend(item.seq)
+        elif item is not None:
+            flat.append(item)
+    if not flat:
+        return tirx.Evaluate(tirx.IntImm("int32", 0))
+    if len(flat) == 1:
+        return flat[0]
+    return rebuild(original, {"seq": flat})
+
+
+class _Substituter(TIRMutator):
+    def __init__(self, mapping: Mapping[ir.expr.Var, Any]) -> None:
+        self._by_var = {var: tvm.runtime.convert(value) for var, value in mapping.items()}
+
+    def visit_Var(self, node: ir.expr.Var) -> Any:
+        return self._by_var.get(node, node)
+
+
+def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
+    """Replace every use of the variables in ``mapping`` inside ``node``.
+
+    Args:
+        node: a statement or expression.
+        mapping: ``{var: expr}``; Python ints and floats are converted to TIR constants.
+
+    Definition sites (a ``For`` loop variable, a ``BufferStore`` buffer) are replaced only
+    by another ``Var``. Returns ``node`` itself when nothing was replaced.
+    """
+    if not mapping:
+        return node
+    return _Substituter(mapping).visit(node)
+
+
+class _PostOrder(TIRVisitor):
+    def __init__(self, callback: Callable[[Any], None]) -> None:
+        self._callback = callback
+
+    def visit(self, node: Any) -> None:
+        if node is None or isinstance(node, (list, tuple, tvm_ffi.Array)):
+            super().visit(node)
+            return
+        self.generic_visit(node)
+        self._callback(node)
+
+
+def post_order_visit(node: Any, callback: Callable[[Any], None]) -> None:
+    """Call ``callback`` on every statement and expression under ``node``, children first."""
+    _PostOrder(callback).visit(node)
