@@ -1,0 +1,83 @@
+"""Which buffers live in shared memory, and which calls take a shared buffer's address.
+
+In TVM 0.27 TIR a buffer is an ``ir.Var`` whose type is a ``tirx.BufferType``; its
+``storage_scope`` says where it lives. Loads are ``TensorLoad(source=buffer, indices)``,
+stores ``BufferStore(buffer, value, indices)``. A call reaches a buffer's memory through
+``buffer.data`` (``tirx.buffer_data``), ``T.address_of(buf[i])`` or ``T.tvm_access_ptr``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import ir, tirx
+
+from tilewave.ir.walker import TIRVisitor
+
+__all__ = [
+    "SHARED_SCOPES",
+    "buffer_scope",
+    "is_buffer",
+    "is_shared_buffer",
+    "shared_buffers_addressed",
+]
+
+#: Storage scopes that are shared memory (LDS on AMD).
+SHARED_SCOPES = frozenset({"shared", "shared.dyn"})
+
+_ADDRESS_OPS = frozenset({"tirx.buffer_data", "tirx.address_of", "tirx.tvm_access_ptr"})
+
+
+def is_buffer(var: Any) -> bool:
+    """True when ``var`` is a buffer (a Var typed ``tirx.BufferType``)."""
+    return isinstance(var, ir.expr.Var) and isinstance(
+        getattr(var, "ty", None), tirx.buffer.BufferType
+    )
+
+
+def buffer_scope(var: Any) -> str | None:
+    """The storage scope of buffer ``var`` (``"shared"``, ``"global"``...), or None."""
+    if not is_buffer(var):
+        return None
+    return str(var.ty.storage_scope)
+
+
+def is_shared_buffer(var: Any) -> bool:
+    """True when ``var`` is a buffer in shared memory (``shared`` or ``shared.dyn``)."""
+    return buffer_scope(var) in SHARED_SCOPES
+
+
+class _AddressCollector(TIRVisitor):
+    def __init__(self) -> None:
+        self.buffers: list[ir.expr.Var] = []
+        self._inside_address = 0
+
+    def visit_Call(self, node: ir.expr.Call) -> None:
+        takes_address = isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS
+        self._inside_address += takes_address
+        self.generic_visit(node)
+        self._inside_address -= takes_address
+
+    def visit_TensorLoad(self, node: Any) -> None:
+        if self._inside_address:
+            self._add(node.source)
+        self.generic_visit(node)
+
+    def visit_Var(self, node: ir.expr.Var) -> None:
+        if self._inside_address:
+            self._add(node)
+
+    def _add(self, var: ir.expr.Var) -> None:
+        if is_shared_buffer(var) and not any(var.same_as(b) for b in self.buffers):
+            self.buffers.append(var)
+
+
+def shared_buffers_addressed(expr: Any) -> list[ir.expr.Var]:
+    """Shared buffers whose address ``expr`` takes (``S.data``, ``address_of(S[i])``,
+    ``tvm_access_ptr(..., S.data, ...)``), in first-seen order, without duplicates.
+
+    Plain loads ``S[i]`` are not address-taking and are not reported.
+    """
+    collector = _AddressCollector()
+    collector.visit(expr)
+    return collector.buffers
