@@ -14,20 +14,21 @@ rewritten into target instructions by :mod:`tilewave.codegen` (``LowerTilewaveOp
 ``tilewave.fence_proxy_async()`` generic->async proxy fence: ``fence.proxy.async.shared::cta``
 ==============================  ==========================================================
 
-TVMScript prints them as ``T.tilewave.lds_barrier()`` and parses that text back (the parser
-resolves ``T.<op name>`` through the op registry), so before/after tests can be written
-with them directly once ``tilewave`` is imported.
+TVMScript prints them as ``T.tilewave.lds_barrier()`` and, once ``tilewave`` is imported,
+parses that text back (tilewave installs a ``T.tilewave`` namespace), so before/after tests
+can be written with them directly.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-__all__ = ["TILEWAVE_OPS", "TilewaveOp", "call_op"]
+__all__ = ["TILEWAVE_OPS", "TilewaveOp", "call_op", "make_call"]
 
 _OPAQUE = 4  # CallEffectKind::kOpaque: never reordered, never removed
 
@@ -63,16 +64,43 @@ def _register_all() -> None:
         if spec.name not in known:
             register(spec.name, spec.doc)
         op = ir.Op.get(spec.name)
-        if not op.has_attr("TCallEffectKind"):
-            op.set_attr("TCallEffectKind", _OPAQUE)
-            op.set_attr("TScriptPrinterName", spec.name)
+        if op.get_attr("TCallEffectKind") is None:
+            ir.register_op_attr(spec.name, "TCallEffectKind", _OPAQUE)
+            ir.register_op_attr(spec.name, "TScriptPrinterName", spec.name)
             op.set_num_inputs(spec.num_inputs)
+
+
+def make_call(name: str, *args: int | tvm.ir.expr.Expr) -> ir.expr.Call:
+    """Build the call expression ``T.<name>(*args)`` for one of tilewave's ops."""
+    converted = [tirx.IntImm("int32", a) if isinstance(a, int) else a for a in args]
+    return ir.expr.Call(ir.Op.get(name), converted, ret_ty="void")
 
 
 def call_op(name: str, *args: int | tvm.ir.expr.Expr) -> tirx.Evaluate:
     """Build the statement ``T.<name>(*args)`` for one of tilewave's ops."""
-    converted = [tirx.IntImm("int32", a) if isinstance(a, int) else a for a in args]
-    return tirx.Evaluate(ir.expr.Call(ir.Op.get(name), converted, ret_ty="void"))
+    return tirx.Evaluate(make_call(name, *args))
+
+
+class _ScriptNamespace:
+    """``T.tilewave``: lets TVMScript parse ``T.tilewave.lds_barrier()`` and friends.
+
+    TVMScript resolves ``T.<a>.<b>`` as Python attribute access on ``tvm.tirx.script``; an op
+    registered from Python is not reachable that way, so tilewave installs this namespace
+    (the same mechanism TVM uses for ``T.ptx``).
+    """
+
+    def __init__(self) -> None:
+        for spec in TILEWAVE_OPS:
+            short = spec.name.split(".", 1)[1]
+            setattr(self, short, functools.partial(make_call, spec.name))
+
+
+def _install_script_namespace() -> None:
+    import tvm.tirx.script as script_module  # the module TVMScript's `T` refers to
+
+    if not isinstance(getattr(script_module, "tilewave", None), _ScriptNamespace):
+        script_module.tilewave = _ScriptNamespace()
 
 
 _register_all()
+_install_script_namespace()
