@@ -70,3 +70,8 @@ def _short_text(stmt: object, limit: int = 120) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
     flat = " ".join(lines)
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class TargetFeatureError(TilewaveError):
+    """An op or option that needs a hardware feature the target lacks (a split barrier on
+    gfx942, ``fence.proxy.async`` before sm_90...)."""

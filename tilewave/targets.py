@@ -41,6 +41,9 @@ class TargetInfo:
             (sm_80+), ``"buffer_load_lds"`` (gfx950 gather-to-LDS) or ``None``.
         vgprs, sgprs: architectural register budget per wave (AMD; 0 for NVIDIA).
         vgpr_granule, sgpr_granule: allocation granularity of those registers (AMD).
+        vmem_wait_counter: how a wave waits for its outstanding vector-memory loads (AMD):
+            ``"vmcnt"`` (gfx9 ``s_waitcnt vmcnt(n)``) or ``"loadcnt"`` (gfx12
+            ``s_wait_loadcnt n``); ``None`` for NVIDIA.
     """
 
     name: str
@@ -57,6 +60,7 @@ class TargetInfo:
     sgprs: int = 0
     vgpr_granule: int = 0
     sgpr_granule: int = 0
+    vmem_wait_counter: Literal["vmcnt", "loadcnt"] | None = None
 
     @property
     def is_cuda(self) -> bool:
@@ -109,6 +113,7 @@ _GFX942 = TargetInfo(
     sgprs=102,
     vgpr_granule=8,
     sgpr_granule=8,
+    vmem_wait_counter="vmcnt",
 )
 _GFX950 = replace(
     _GFX942,
@@ -131,6 +136,7 @@ _GFX1200 = TargetInfo(
     sgprs=106,
     vgpr_granule=8,
     sgpr_granule=8,
+    vmem_wait_counter="loadcnt",
 )
 _GFX1201 = replace(_GFX1200, name="gfx1201")
 
