@@ -6,6 +6,11 @@ what was wrong, where (function, statement or buffer), and what to do about it.
 
 from __future__ import annotations
 
+import re
+
+# The printer declares free variables first (`x = T.int32()`); they are noise in a location.
+_FREE_VAR_DECL = re.compile(r"^\w+ = T\.\w+\(\)$")
+
 
 class TilewaveError(Exception):
     """Base class of every error tilewave raises for a user mistake or an unsupported input."""
@@ -67,7 +72,11 @@ def _short_text(stmt: object, limit: int = 120) -> str:
         text = script() if callable(script) else str(stmt)
     except Exception:  # printing is best effort: a location must never mask the real error
         text = str(stmt)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    lines = [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip() and not ln.startswith("#") and not _FREE_VAR_DECL.match(ln.strip())
+    ]
     flat = " ".join(lines)
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
