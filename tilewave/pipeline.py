@@ -1,0 +1,433 @@
+"""tilewave's lowering pipeline: the per-target pass list, ``lower()`` and ``build()``.
+
+TVM's default TIR pipeline (``tvm.s_tir.pipeline``) inserts its own shared-memory barriers
+(``ThreadSync("shared")``). tilewave decides barriers itself, so it builds its own list: TVM's
+passes in TVM's order, tilewave's stages where ``ThreadSync("shared")`` used to run, TVM's
+shared ``ThreadSync`` left out. The whole list is the table :data:`STAGES`; one entry per
+pass, each with a predicate on the target and the options, so a new pass is one line::
+
+    Stage("tilewave.MyPass", lambda t, o: MyPass(t), origin="tilewave", when=lambda t, o: ...)
+
+:func:`default_passes` turns the table into ``tvm.transform.Pass`` objects;
+``tilewave lower --list-passes`` prints it. Every tilewave pass is also an ordinary
+``tvm.transform.Pass`` a user can put in their own ``tvm.transform.Sequential``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.tirx.build import codegen_build, split_host_device_mods
+
+from tilewave.codegen.lower_ops import LowerTilewaveOps
+from tilewave.codegen.rocm import offline_rocm_link
+from tilewave.errors import KernelSourceError, MalformedKernelError, PassOptionError, where
+from tilewave.instruments import instruments_from_env
+from tilewave.ir.walker import TIRVisitor
+from tilewave.targets import TargetInfo, get_target
+
+__all__ = [
+    "STAGES",
+    "BuildResult",
+    "LowerOptions",
+    "Stage",
+    "build",
+    "default_passes",
+    "device_finalize_passes",
+    "lower",
+    "stages_for",
+]
+
+
+@dataclass(frozen=True)
+class LowerOptions:
+    """User options of :func:`lower` / :func:`build` that stages may read.
+
+    Attributes:
+        multi_buffer_count: scale shared buffers by this many copies (multibuffer stage);
+            ``None`` leaves buffers alone.
+        config: the ``PassContext`` config the list is built under (TVM's own switches such
+            as ``tirx.disable_storage_rewrite`` and ``tirx.use_async_copy``).
+    """
+
+    multi_buffer_count: int | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def flag(self, key: str) -> bool:
+        """A boolean ``PassContext`` config switch (absent means False)."""
+        return bool(self.config.get(key, False))
+
+
+PassFactory = Callable[[TargetInfo, LowerOptions], tvm.transform.Pass]
+StagePredicate = Callable[[TargetInfo, LowerOptions], bool]
+
+
+def _always(target: TargetInfo, options: LowerOptions) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One entry of the pass list.
+
+    Attributes:
+        name: the pass name as instruments and dumps show it.
+        make: builds the pass for a target and options.
+        when: whether the stage runs for this target and these options.
+        origin: ``"tvm"`` for TVM's own passes, ``"tilewave"`` for tilewave's.
+    """
+
+    name: str
+    make: PassFactory
+    when: StagePredicate = _always
+    origin: Literal["tvm", "tilewave"] = "tvm"
+
+
+def _tvm(name: str, factory: Callable[[], tvm.transform.Pass], when: StagePredicate = _always):
+    return Stage(name, lambda t, o: factory(), when)
+
+
+def _config(key: str, enabled: bool = True) -> StagePredicate:
+    return lambda t, o: o.flag(key) == enabled
+
+
+def _multibuffer(target: TargetInfo, options: LowerOptions) -> tvm.transform.Pass:
+    module_name = "tilewave.transforms.multibuffer"
+    if importlib.util.find_spec(module_name) is None:
+        raise PassOptionError(
+            f"multi_buffer_count={options.multi_buffer_count} asks for the multibuffer stage, "
+            f"but this tilewave has no multibuffer pass yet ({module_name} is missing). "
+            "Drop the option, or install a tilewave that ships the pass."
+        )
+    module = importlib.import_module(module_name)
+    return module.MultiBuffer(options.multi_buffer_count)
+
+
+def _wants_multibuffer(target: TargetInfo, options: LowerOptions) -> bool:
+    return options.multi_buffer_count is not None
+
+
+#: The pass list, in order. TVM's entries mirror ``tvm.s_tir.pipeline.default_s_tir_pipeline``
+#: (TVM 0.27) with ``ThreadSync("shared")`` / ``ThreadSync("shared.dyn")`` replaced by
+#: tilewave's synchronisation stages.
+STAGES: tuple[Stage, ...] = (
+    _tvm("s_tir.CanonicalizeLoop", s_tir.transform.CanonicalizeLoop),
+    _tvm("s_tir.LowerCrossThreadReduction", s_tir.transform.LowerCrossThreadReduction),
+    _tvm("s_tir.LowerInitBlock", s_tir.transform.LowerInitBlock),
+    _tvm(
+        "s_tir.PlanAndUpdateBufferAllocationLocation",
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation,
+    ),
+    _tvm("s_tir.ConvertBlocksToOpaque", s_tir.transform.ConvertBlocksToOpaque),
+    _tvm("s_tir.LiftThreadBinding", s_tir.transform.LiftThreadBinding),
+    _tvm("s_tir.ManifestSharedMemoryLocalStage", s_tir.transform.ManifestSharedMemoryLocalStage),
+    _tvm("s_tir.CompactBufferAllocation", s_tir.transform.CompactBufferAllocation),
+    _tvm("s_tir.LowerAutoCopy", s_tir.transform.LowerAutoCopy),
+    _tvm("s_tir.UnifyThreadBinding", s_tir.transform.UnifyThreadBinding),
+    _tvm("s_tir.LowerMatchBuffer", s_tir.transform.LowerMatchBuffer),
+    _tvm("s_tir.StmtSimplify", s_tir.transform.StmtSimplify),
+    _tvm("s_tir.InjectPermutedLayout", s_tir.transform.InjectPermutedLayout),
+    _tvm("s_tir.AnnotateIrregularLoop", s_tir.transform.AnnotateIrregularLoop),
+    _tvm("s_tir.InjectSoftwarePipeline", s_tir.transform.InjectSoftwarePipeline),
+    _tvm("s_tir.TransformMmaBufferLayout", s_tir.transform.TransformMmaBufferLayout),
+    _tvm("s_tir.LowerOpaqueBlock", s_tir.transform.LowerOpaqueBlock),
+    # Multibuffering rewrites multi-dimensional shared indices, so it runs before flattening.
+    Stage("tilewave.MultiBuffer", _multibuffer, _wants_multibuffer, origin="tilewave"),
+    _tvm("tirx.FlattenBuffer", tirx.transform.FlattenBuffer),
+    _tvm("tirx.BF16ComputeLegalize", tirx.transform.BF16ComputeLegalize),
+    _tvm("tirx.NarrowDataType", lambda: tirx.transform.NarrowDataType(32)),
+    _tvm("s_tir.LoopPartition", s_tir.transform.LoopPartition),
+    Stage(
+        "tirx.VectorizeLoop",
+        lambda t, o: tirx.transform.VectorizeLoop(not o.flag("tirx.disable_vectorize")),
+    ),
+    _tvm("s_tir.InjectVirtualThread", s_tir.transform.InjectVirtualThread),
+    _tvm("s_tir.InjectDoubleBuffer", s_tir.transform.InjectDoubleBuffer),
+    _tvm(
+        "tirx.StorageRewrite",
+        tirx.transform.StorageRewrite,
+        _config("tirx.disable_storage_rewrite", False),
+    ),
+    _tvm("s_tir.LowerAsyncDMA", s_tir.transform.LowerAsyncDMA, _config("tirx.use_async_copy")),
+    _tvm("s_tir.HoistIfThenElse", s_tir.transform.HoistIfThenElse),
+    _tvm("tirx.UnrollLoop", tirx.transform.UnrollLoop),
+    _tvm("s_tir.RenormalizeSplitPattern", s_tir.transform.RenormalizeSplitPattern),
+    _tvm("tirx.StmtSimplify", tirx.transform.StmtSimplify),
+    _tvm("tirx.RemoveNoOp", tirx.transform.RemoveNoOp),
+    _tvm("s_tir.RewriteUnsafeSelect", s_tir.transform.RewriteUnsafeSelect),
+    _tvm(
+        "s_tir.InstrumentBoundCheckers",
+        s_tir.transform.InstrumentBoundCheckers,
+        _config("tirx.instrument_bound_checkers"),
+    ),
+    _tvm(
+        "s_tir.InjectPTXLDG32",
+        lambda: s_tir.transform.InjectPTXLDG32(True),
+        _config("tirx.s_tir.ldg32"),
+    ),
+    _tvm(
+        "tirx.CommonSubexprElim",
+        tirx.transform.CommonSubexprElim,
+        _config("tirx.disable_cse_tir", False),
+    ),
+    _tvm(
+        "s_tir.InstrumentProfileIntrinsics",
+        s_tir.transform.InstrumentProfileIntrinsics,
+        _config("tirx.instrument_lwp"),
+    ),
+    _tvm("tirx.FP8ComputeLegalize", tirx.transform.FP8ComputeLegalize),
+    _tvm("s_tir.VerifyVTCMLimit", s_tir.transform.VerifyVTCMLimit),
+    _tvm("s_tir.LowerVtcmAlloc", s_tir.transform.LowerVtcmAlloc),
+    _tvm("tirx.VerifyMemory", tirx.transform.VerifyMemory),
+    _tvm("tirx.AnnotateEntryFunc", tirx.transform.AnnotateEntryFunc),
+    # ---- tilewave's synchronisation stages (TVM runs ThreadSync("shared") here) ----
+    # InsertSharedBarriers and InjectFenceProxy go here, before LowerTilewaveOps.
+    Stage("tilewave.LowerTilewaveOps", lambda t, o: LowerTilewaveOps(t), origin="tilewave"),
+    # ----
+    _tvm("s_tir.ThreadSync.warp", lambda: s_tir.transform.ThreadSync("warp")),
+    _tvm("s_tir.InferFragment", s_tir.transform.InferFragment),
+    _tvm("s_tir.LowerThreadAllreduce", s_tir.transform.LowerThreadAllreduce),
+    _tvm(
+        "s_tir.InjectPTXAsyncCopy",
+        s_tir.transform.InjectPTXAsyncCopy,
+        _config("tirx.use_async_copy"),
+    ),
+    _tvm("s_tir.InjectPTXLDG32.late", s_tir.transform.InjectPTXLDG32, _config("tirx.s_tir.ldg32")),
+    _tvm("s_tir.MergeSharedMemoryAllocations", s_tir.transform.MergeSharedMemoryAllocations),
+    _tvm("tirx.SplitHostDevice", tirx.transform.SplitHostDevice),
+    _tvm("tirx.MakePackedAPI", tirx.transform.MakePackedAPI),
+    _tvm("tirx.FP8StorageLegalize", tirx.transform.FP8StorageLegalize),
+    _tvm("tirx.BF16StorageLegalize", tirx.transform.BF16StorageLegalize),
+)
+
+
+def _options(multi_buffer_count: int | None) -> LowerOptions:
+    if multi_buffer_count is not None and (
+        isinstance(multi_buffer_count, bool)
+        or not isinstance(multi_buffer_count, int)
+        or multi_buffer_count < 1
+    ):
+        raise PassOptionError(
+            f"multi_buffer_count must be a positive integer (copies of each shared buffer), "
+            f"got {multi_buffer_count!r}. Pass e.g. multi_buffer_count=2, or leave it unset."
+        )
+    config = dict(tvm.transform.PassContext.current().config)
+    return LowerOptions(multi_buffer_count=multi_buffer_count, config=config)
+
+
+def stages_for(target: Any, *, multi_buffer_count: int | None = None) -> list[Stage]:
+    """The stages of :data:`STAGES` that run for ``target`` and these options, in order."""
+    info = get_target(target)
+    options = _options(multi_buffer_count)
+    return [stage for stage in STAGES if stage.when(info, options)]
+
+
+def default_passes(target: Any, *, multi_buffer_count: int | None = None) -> list[Any]:
+    """The passes :func:`lower` runs for ``target``, in order.
+
+    Args:
+        target: anything :func:`tilewave.get_target` accepts.
+        multi_buffer_count: see :func:`lower`.
+
+    Raises:
+        UnknownTargetError: the target is not one tilewave knows.
+        PassOptionError: a bad option, or an option whose pass is not available.
+    """
+    info = get_target(target)
+    options = _options(multi_buffer_count)
+    return [stage.make(info, options) for stage in STAGES if stage.when(info, options)]
+
+
+def device_finalize_passes() -> list[Any]:
+    """TVM's passes for the device module after host/device splitting (run by :func:`build`)."""
+    return [
+        tirx.transform.LowerWarpMemory(),
+        tirx.transform.StmtSimplify(),
+        tirx.transform.LowerIntrin(),
+    ]
+
+
+class _FindThreadBinding(TIRVisitor):
+    def __init__(self) -> None:
+        self.found = False
+
+    def visit_For(self, node: Any) -> None:
+        if node.thread_binding is not None and str(node.thread_binding.thread_tag).startswith(
+            "threadIdx"
+        ):
+            self.found = True
+            return
+        self.generic_visit(node)
+
+    def visit_AttrStmt(self, node: Any) -> None:
+        if node.attr_key == "thread_extent" and str(node.node.thread_tag).startswith("threadIdx"):
+            self.found = True
+            return
+        self.generic_visit(node)
+
+
+def _as_module(mod_or_func: Any) -> tvm.IRModule:
+    if isinstance(mod_or_func, tirx.PrimFunc):
+        symbol = mod_or_func.attrs.get("global_symbol") if mod_or_func.attrs else None
+        return tvm.IRModule({str(symbol) if symbol else "main": mod_or_func})
+    if isinstance(mod_or_func, tvm.IRModule):
+        if not any(isinstance(f, tirx.PrimFunc) for f in mod_or_func.functions.values()):
+            raise KernelSourceError(
+                "lower: the IRModule holds no PrimFunc; give it a @T.prim_func kernel."
+            )
+        return mod_or_func
+    raise KernelSourceError(
+        f"lower: expected a tvm.tirx.PrimFunc or tvm.IRModule, got {type(mod_or_func).__name__}. "
+        "Pass a @T.prim_func kernel or an IRModule of them."
+    )
+
+
+def _check_gpu_kernels(mod: tvm.IRModule) -> None:
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        finder = _FindThreadBinding()
+        finder.visit(func.body)
+        if not finder.found:
+            raise MalformedKernelError(
+                f"lower: {where(gvar.name_hint)} is not a GPU kernel: it binds no loop to "
+                "threadIdx. Bind the thread loop, e.g. "
+                '`for tx in T.thread_binding(128, thread="threadIdx.x"):`.'
+            )
+
+
+@contextlib.contextmanager
+def _pass_context(instruments: Sequence[Any] | None) -> Iterator[None]:
+    current = tvm.transform.PassContext.current()
+    chosen = list(instruments) if instruments is not None else instruments_from_env()
+    if not chosen:
+        yield
+        return
+    with tvm.transform.PassContext(
+        opt_level=current.opt_level,
+        required_pass=list(current.required_pass),
+        disabled_pass=list(current.disabled_pass),
+        instruments=[*current.instruments, *chosen],
+        config=dict(current.config),
+    ):
+        yield
+
+
+def _bind_target(mod: tvm.IRModule, info: TargetInfo) -> tvm.IRModule:
+    host = "llvm" if tvm.runtime.enabled("llvm") else "c"
+    target = info.tvm_target().with_host(tvm.target.Target(host))
+    return tirx.transform.BindTarget(target)(mod)
+
+
+def _lower_in_context(mod_or_func: Any, info: TargetInfo, multi_buffer_count: int | None):
+    mod = _as_module(mod_or_func)
+    _check_gpu_kernels(mod)
+    passes = default_passes(info, multi_buffer_count=multi_buffer_count)
+    return tvm.transform.Sequential(passes, name="tilewave.lower")(_bind_target(mod, info))
+
+
+def lower(
+    mod_or_func: Any,
+    target: Any,
+    *,
+    multi_buffer_count: int | None = None,
+    instruments: Sequence[Any] | None = None,
+) -> tvm.IRModule:
+    """Run tilewave's pass list for ``target`` and return the lowered IRModule.
+
+    The result holds the host entry function and the device kernel(s), as after TVM's
+    ``SplitHostDevice`` and ``MakePackedAPI``; :func:`build` turns it into device source.
+
+    Args:
+        mod_or_func: a ``@T.prim_func`` GPU kernel or an IRModule of them.
+        target: anything :func:`tilewave.get_target` accepts (``"sm_90a"``, ``"gfx942"``...).
+        multi_buffer_count: copies of each shared buffer for the multibuffer stage.
+        instruments: ``tvm.instrument`` pass instruments to run with; by default those the
+            ``TILEWAVE_*`` environment variables ask for (see docs/debugging.md).
+
+    Raises:
+        UnknownTargetError, KernelSourceError, MalformedKernelError, PassOptionError,
+        TargetFeatureError, DebugOptionError.
+
+    Example::
+
+        mod = tilewave.lower(my_kernel, "gfx942")
+    """
+    info = get_target(target)
+    with _pass_context(instruments):
+        return _lower_in_context(mod_or_func, info, multi_buffer_count)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What :func:`build` produces.
+
+    Attributes:
+        target: the target's facts.
+        lowered: the IRModule after tilewave's pass list (host and device functions).
+        device: the device IRModule after TVM's device finalisation, as codegen saw it.
+        source: CUDA C (CUDA targets) or AMDGCN assembly (ROCm targets).
+        llvm_ir: the LLVM IR of the device module (ROCm targets; ``None`` for CUDA).
+    """
+
+    target: TargetInfo
+    lowered: tvm.IRModule
+    device: tvm.IRModule
+    source: str
+    llvm_ir: str | None = None
+
+    @property
+    def source_language(self) -> str:
+        """``"cuda"`` or ``"amdgcn"``."""
+        return "cuda" if self.target.is_cuda else "amdgcn"
+
+
+def build(
+    mod_or_func: Any,
+    target: Any,
+    *,
+    multi_buffer_count: int | None = None,
+    instruments: Sequence[Any] | None = None,
+) -> BuildResult:
+    """Lower ``mod_or_func`` with :func:`lower` and generate device source with TVM's codegen.
+
+    Needs no GPU: CUDA C comes from TVM's CUDA codegen; AMDGCN assembly from its LLVM AMDGPU
+    backend, with ROCm's device-library and link callbacks replaced for the call (see
+    :func:`tilewave.codegen.rocm.offline_rocm_link`). Arguments as for :func:`lower`.
+
+    Example::
+
+        print(tilewave.build(my_kernel, "sm_90a").source)
+    """
+    info = get_target(target)
+    with _pass_context(instruments):
+        lowered = _lower_in_context(mod_or_func, info, multi_buffer_count)
+        _, device_mods = split_host_device_mods(lowered)
+        if not device_mods:
+            raise MalformedKernelError(
+                "build: lowering produced no device function; the kernel must bind threadIdx "
+                "loops so TVM can split it into host and device parts."
+            )
+        [(device_target, device_mod)] = device_mods.items()
+        device_mod = tvm.transform.Sequential(device_finalize_passes(), name="tilewave.device")(
+            device_mod
+        )
+    if info.is_cuda:
+        runtime_mod = codegen_build(device_mod, device_target)
+        return BuildResult(info, lowered, device_mod, runtime_mod.inspect_source())
+    with offline_rocm_link():
+        runtime_mod = codegen_build(device_mod, device_target)
+    return BuildResult(
+        info,
+        lowered,
+        device_mod,
+        runtime_mod.inspect_source("asm"),
+        llvm_ir=runtime_mod.inspect_source("llvm"),
+    )
