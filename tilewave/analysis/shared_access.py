@@ -1,0 +1,523 @@
+"""Shared-memory accesses of TIR statements, their regions, and the synchronisation ops.
+
+This module answers three local questions that both the barrier pass and the hazard
+verifier ask (neither of them reasons about control-flow paths here):
+
+* which shared accesses one *leaf* statement makes (:func:`statement_accesses`), each a
+  :class:`SharedAccess` — READ, WRITE, ATOMIC (read-modify-write) or ASYNC_WRITE
+  (a global->shared copy that completes later);
+* whether two accesses made by *different threads* may touch the same element
+  (:func:`may_conflict`), using interval bounds and a per-thread ownership test;
+* what a statement does as synchronisation (:func:`sync_action`): a full barrier, one
+  half of a split barrier, or a wait for outstanding async copies.
+
+Regions are proven disjoint only in two cases, both sound: the index intervals of some
+dimension do not overlap, or every thread index of extent > 1 owns a private slice
+``[c*t, c*t + c)`` of some dimension in both accesses (``S[tx]``, ``S[tx*4 + k]``,
+``S[ty, tx]``, ``S[ty*32 + tx]``). Anything else (pointer operands, non-affine indices,
+unknown bounds) may conflict.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
+from tilewave.errors import MalformedKernelError, where
+from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
+from tilewave.ir.walker import TIRVisitor, post_order_visit
+
+__all__ = [
+    "AccessKind",
+    "LoopRange",
+    "SharedAccess",
+    "SyncAction",
+    "SyncKind",
+    "collect_thread_extents",
+    "is_leaf_statement",
+    "is_thread_dependent",
+    "may_conflict",
+    "statement_accesses",
+    "sync_action",
+    "touches_shared_or_sync",
+]
+
+
+class AccessKind(enum.Enum):
+    """How an access uses shared memory."""
+
+    READ = "read"
+    WRITE = "write"
+    #: an atomic read-modify-write: both a read and a write
+    ATOMIC = "atomic"
+    #: a global->shared copy (cp.async, TMA, gfx950 buffer_load ... lds): completes later
+    ASYNC_WRITE = "async_write"
+
+    @property
+    def writes(self) -> bool:
+        """True when the access writes shared memory."""
+        return self is not AccessKind.READ
+
+    @property
+    def reads(self) -> bool:
+        """True when the access reads shared memory."""
+        return self in (AccessKind.READ, AccessKind.ATOMIC)
+
+
+@dataclass(frozen=True)
+class LoopRange:
+    """A serial loop around an access: its variable and integer bounds when constant."""
+
+    var: ir.expr.Var
+    min: int | None
+    extent: int | None
+
+
+@dataclass(eq=False)
+class SharedAccess:
+    """One access to a shared buffer made by one leaf statement.
+
+    Attributes:
+        buffer: the shared buffer (a ``Var`` typed ``BufferType``).
+        kind: READ, WRITE, ATOMIC or ASYNC_WRITE.
+        indices: element indices, or ``None`` when reached through a pointer (whole buffer).
+        stmt: the leaf statement that makes the access.
+        loops: the serial loops enclosing the statement, outermost first.
+    """
+
+    buffer: ir.expr.Var
+    kind: AccessKind
+    indices: tuple[Any, ...] | None
+    stmt: Any
+    loops: tuple[LoopRange, ...] = field(default=())
+
+    @property
+    def buffer_name(self) -> str:
+        """The buffer's name as written in TVMScript."""
+        return str(self.buffer.name)
+
+    def describe(self) -> str:
+        """Short text such as ``write S[tx]``."""
+        if self.indices is None:
+            return f"{self.kind.value} {self.buffer_name}[*]"
+        return f"{self.kind.value} {self.buffer_name}[{', '.join(map(str, self.indices))}]"
+
+
+# ---------------------------------------------------------------------------------------
+# Synchronisation ops
+
+
+class SyncKind(enum.Enum):
+    """The synchronisation effect of one statement."""
+
+    BARRIER = "barrier"  # every thread arrives and waits (bar.sync, s_barrier)
+    SIGNAL = "signal"  # split barrier: arrive
+    WAIT = "wait"  # split barrier: wait for all arrivals
+    ASYNC_WAIT = "async_wait"  # wait for this thread's outstanding async copies
+    ASYNC_WAIT_BARRIER = "async_wait_barrier"  # both (an mbarrier phase wait on a TMA)
+
+
+@dataclass(frozen=True)
+class SyncAction:
+    """What a synchronisation statement does; ``arg`` is the barrier id or the wait count."""
+
+    kind: SyncKind
+    arg: int = 0
+
+    @property
+    def completes_async(self) -> bool:
+        """True when every outstanding async copy of the thread has landed afterwards."""
+        return (self.kind is SyncKind.ASYNC_WAIT and self.arg == 0) or (
+            self.kind is SyncKind.ASYNC_WAIT_BARRIER
+        )
+
+    @property
+    def is_full_barrier(self) -> bool:
+        """True for a barrier that both signals and waits."""
+        return self.kind in (SyncKind.BARRIER, SyncKind.ASYNC_WAIT_BARRIER)
+
+
+_ARRIVE_ONLY_PREFIXES = (
+    "tirx.ptx.bar_arrive",
+    "tirx.ptx.barrier_arrive",
+    "tirx.ptx.mbarrier_arrive",
+)
+_NO_WAIT_COUNT = 1 << 30  # a wait whose count we cannot read: never "all copies done"
+
+
+def _int_arg(call: ir.expr.Call, index: int, default: int) -> int:
+    if len(call.args) > index and isinstance(call.args[index], tirx.IntImm):
+        return int(call.args[index].value)
+    return default
+
+
+def sync_action(stmt: Any) -> SyncAction | None:
+    """The synchronisation a leaf statement performs, or ``None`` if it is not one.
+
+    tilewave's own ops map directly; foreign ops are read from the op table: a BARRIER op
+    that only arrives (``bar.arrive``, ``mbarrier.arrive``) synchronises nothing by itself
+    and is ignored; other BARRIER ops count as full barriers.
+    """
+    if not isinstance(stmt, tirx.Evaluate) or not isinstance(stmt.value, ir.expr.Call):
+        return None
+    call = stmt.value
+    name = callee_name(call)
+    if name == "tilewave.barrier_signal":
+        return SyncAction(SyncKind.SIGNAL, _int_arg(call, 0, -1))
+    if name == "tilewave.barrier_wait":
+        return SyncAction(SyncKind.WAIT, _int_arg(call, 0, -1))
+    if name == "tilewave.wait_async_ops":
+        return SyncAction(SyncKind.ASYNC_WAIT, _int_arg(call, 0, _NO_WAIT_COUNT))
+    if name == "tirx.ptx.cp_async_wait_group":
+        return SyncAction(SyncKind.ASYNC_WAIT, _int_arg(call, 0, _NO_WAIT_COUNT))
+    if name in ("tirx.ptx.cp_async_wait_all",):
+        return SyncAction(SyncKind.ASYNC_WAIT, 0)
+    effect = classify_call(call)
+    if effect is None:
+        return None
+    if OpEffect.BARRIER in effect:
+        if name.startswith(_ARRIVE_ONLY_PREFIXES):
+            return None
+        if OpEffect.ASYNC_WAIT in effect:
+            return SyncAction(SyncKind.ASYNC_WAIT_BARRIER)
+        return SyncAction(SyncKind.BARRIER)
+    if OpEffect.ASYNC_WAIT in effect:
+        return SyncAction(SyncKind.ASYNC_WAIT, _NO_WAIT_COUNT)
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# Access collection
+
+
+_LEAF_TYPES = (tirx.BufferStore, tirx.Evaluate)
+
+
+def is_leaf_statement(stmt: Any) -> bool:
+    """True for statements with no nested statements (stores, evaluates, bindings...)."""
+    if isinstance(stmt, _LEAF_TYPES):
+        return True
+    return not any(
+        isinstance(getattr(stmt, name, None), tirx.Stmt)
+        for name in ("body", "then_case", "else_case", "seq")
+    ) and not isinstance(stmt, tirx.SeqStmt)
+
+
+class _AccessCollector(TIRVisitor):
+    """Collects accesses of one expression tree in evaluation order (operands first)."""
+
+    def __init__(self, stmt: Any, loops: tuple[LoopRange, ...], func_name: str | None) -> None:
+        self.accesses: list[SharedAccess] = []
+        self._stmt = stmt
+        self._loops = loops
+        self._func_name = func_name
+
+    def add(self, buffer: Any, kind: AccessKind, indices: Iterable[Any] | None) -> None:
+        idx = None if indices is None else tuple(indices)
+        self.accesses.append(SharedAccess(buffer, kind, idx, self._stmt, self._loops))
+
+    def visit_TensorLoad(self, node: Any) -> None:
+        self.generic_visit(node)
+        if is_shared_buffer(node.source):
+            self.add(node.source, AccessKind.READ, node.indices)
+
+    def visit_Call(self, node: ir.expr.Call) -> None:
+        self.generic_visit(node)
+        if not isinstance(node.op, ir.Op) or node.op.name in (
+            "tirx.buffer_data",
+            "tirx.address_of",
+            "tirx.tvm_access_ptr",
+        ):
+            return
+        buffers = shared_buffers_addressed(node)
+        if not buffers:
+            return
+        effect = require_classification(node, self._func_name, "InsertSharedBarriers")
+        for kind in _kinds_of(effect):
+            for buffer in buffers:
+                self.add(buffer, kind, None)
+
+
+def _kinds_of(effect: OpEffect) -> list[AccessKind]:
+    if OpEffect.ATOMIC in effect:
+        return [AccessKind.ATOMIC]
+    if OpEffect.ASYNC_COPY in effect and OpEffect.WRITES_SHARED in effect:
+        return [AccessKind.ASYNC_WRITE]
+    kinds = []
+    if OpEffect.READS_SHARED in effect:
+        kinds.append(AccessKind.READ)
+    if OpEffect.WRITES_SHARED in effect:
+        kinds.append(AccessKind.WRITE)
+    if not kinds and (OpEffect.GENERIC_SHARED | OpEffect.ASYNC_PROXY) & effect:
+        kinds.append(AccessKind.ATOMIC)  # touches shared in an unknown direction: both
+    return kinds
+
+
+def statement_accesses(
+    stmt: Any, loops: tuple[LoopRange, ...] = (), func_name: str | None = None
+) -> list[SharedAccess]:
+    """Shared accesses of one leaf statement (or of an ``if``/``while`` condition), in order.
+
+    For a ``BufferStore`` the loads of the value and indices come first, then the write.
+    A call that takes a shared buffer's address is classified through the op table and
+    accesses the whole buffer.
+
+    Raises:
+        UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.
+    """
+    collector = _AccessCollector(stmt, loops, func_name)
+    if isinstance(stmt, tirx.BufferStore):
+        collector.visit(stmt.value)
+        collector.visit(stmt.indices)
+        if is_shared_buffer(stmt.buffer):
+            collector.add(stmt.buffer, AccessKind.WRITE, stmt.indices)
+    elif isinstance(stmt, (tirx.Stmt,)) and not is_leaf_statement(stmt):
+        raise MalformedKernelError(
+            f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
+            "walk compound statements and pass their leaves"
+        )
+    else:
+        collector.visit(stmt)
+    return collector.accesses
+
+
+def touches_shared_or_sync(stmt: Any) -> bool:
+    """True when ``stmt`` (any statement tree) accesses shared memory or synchronises."""
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        if found:
+            return
+        if isinstance(node, tirx.BufferStore) and is_shared_buffer(node.buffer):
+            found = True
+        elif isinstance(node, tirx.Evaluate) and sync_action(node) is not None:
+            found = True
+        elif type(node).__name__ == "TensorLoad" and is_shared_buffer(node.source):
+            found = True
+        elif isinstance(node, ir.expr.Call) and shared_buffers_addressed(node):
+            found = True
+
+    post_order_visit(stmt, check)
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# Thread structure
+
+
+def collect_thread_extents(func: Any) -> dict[ir.expr.Var, int]:
+    """Thread-index variables (``threadIdx.*`` bound loops) of ``func`` with their extents.
+
+    An extent that is not a constant is recorded as 0 (unknown, assumed > 1).
+    """
+    extents: dict[ir.expr.Var, int] = {}
+
+    def check(node: Any) -> None:
+        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+            tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else ""
+            if tag.startswith("threadIdx"):
+                ext = node.extent
+                extents[node.loop_var] = int(ext.value) if isinstance(ext, tirx.IntImm) else 0
+        elif isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
+            iv = node.node
+            if isinstance(iv, tirx.IterVar) and str(iv.thread_tag).startswith("threadIdx"):
+                value = node.value
+                extents[iv.var] = int(value.value) if isinstance(value, tirx.IntImm) else 0
+
+    post_order_visit(func.body, check)
+    return extents
+
+
+def is_thread_dependent(expr: Any, thread_vars: Iterable[ir.expr.Var]) -> bool:
+    """True when ``expr`` reads a thread index or shared memory (its value may differ per
+    thread, so control flow on it may diverge)."""
+    targets = list(thread_vars)
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, ir.expr.Var) and any(node.same_as(v) for v in targets):
+            found = True
+        elif type(node).__name__ == "TensorLoad":
+            found = True  # a loaded value may differ between threads
+
+    post_order_visit(expr, check)
+    return found
+
+
+# ---------------------------------------------------------------------------------------
+# Regions
+
+
+def _bounds(expr: Any, ranges: Mapping[Any, tuple[int, int]]) -> tuple[int, int] | None:
+    """Inclusive integer bounds of ``expr`` given inclusive bounds of its variables."""
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value), int(expr.value)
+    if isinstance(expr, ir.expr.Var):
+        for var, rng in ranges.items():
+            if expr.same_as(var):
+                return rng
+        return None
+    if isinstance(expr, tirx.Cast):
+        return _bounds(expr.value, ranges)
+    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.Min, tirx.Max)):
+        a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
+        if a is None or b is None:
+            return None
+        if isinstance(expr, tirx.Add):
+            return a[0] + b[0], a[1] + b[1]
+        if isinstance(expr, tirx.Sub):
+            return a[0] - b[1], a[1] - b[0]
+        if isinstance(expr, tirx.Min):
+            return min(a[0], b[0]), min(a[1], b[1])
+        if isinstance(expr, tirx.Max):
+            return max(a[0], b[0]), max(a[1], b[1])
+        products = [x * y for x in a for y in b]
+        return min(products), max(products)
+    if isinstance(expr, (tirx.FloorMod, tirx.FloorDiv)):
+        a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
+        if a is None or b is None or b[0] != b[1] or b[0] <= 0:
+            return None
+        if isinstance(expr, tirx.FloorDiv):
+            return a[0] // b[0], a[1] // b[0]
+        if a[0] >= 0 and a[1] < b[0]:
+            return a
+        return 0, b[0] - 1
+    return None
+
+
+def _linear(expr: Any) -> tuple[dict[Any, int], Any] | None:
+    """Split ``expr`` as ``sum(c_i * v_i) + rest`` over variables; ``rest`` is a constant.
+
+    Returns ``({var: coeff}, const)`` or ``None`` when ``expr`` is not affine.
+    """
+    if isinstance(expr, tirx.IntImm):
+        return {}, int(expr.value)
+    if isinstance(expr, ir.expr.Var):
+        return {expr: 1}, 0
+    if isinstance(expr, tirx.Cast):
+        return _linear(expr.value)
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        a, b = _linear(expr.a), _linear(expr.b)
+        if a is None or b is None:
+            return None
+        sign = 1 if isinstance(expr, tirx.Add) else -1
+        coeffs = dict(a[0])
+        for var, c in b[0].items():
+            key = next((k for k in coeffs if k.same_as(var)), var)
+            coeffs[key] = coeffs.get(key, 0) + sign * c
+        return {k: c for k, c in coeffs.items() if c != 0}, a[1] + sign * b[1]
+    if isinstance(expr, tirx.Mul):
+        a, b = _linear(expr.a), _linear(expr.b)
+        if a is None or b is None:
+            return None
+        if not a[0]:
+            a, b = b, a
+        if b[0]:
+            return None
+        return {k: c * b[1] for k, c in a[0].items() if c * b[1] != 0}, a[1] * b[1]
+    return None
+
+
+def _ranges_of(access: SharedAccess, thread_extents: Mapping[Any, int]) -> dict[Any, tuple]:
+    ranges: dict[Any, tuple[int, int]] = {}
+    for var, ext in thread_extents.items():
+        if ext > 0:
+            ranges[var] = (0, ext - 1)
+    for loop in access.loops:
+        if loop.min is not None and loop.extent is not None and loop.extent > 0:
+            ranges[loop.var] = (loop.min, loop.min + loop.extent - 1)
+    return ranges
+
+
+def _thread_part(
+    index: Any, thread_extents: Mapping[Any, int], ranges: Mapping[Any, tuple[int, int]]
+) -> dict[Any, int] | None:
+    """The thread-index terms of ``index`` if they give every thread a private slice.
+
+    ``index = sum(c_i * t_i) + r`` with ``0 <= r < min(c_i)`` and each larger coefficient at
+    least the span of the smaller terms (mixed radix), so distinct thread tuples map to
+    disjoint slices. Returns ``{thread_var: c}`` or ``None``.
+    """
+    lin = _linear(index)
+    if lin is None:
+        return None
+    coeffs, const = lin
+    thread_terms = {v: c for v, c in coeffs.items() if any(v.same_as(t) for t in thread_extents)}
+    if not thread_terms or any(c <= 0 for c in thread_terms.values()):
+        return None
+    rest_lo = rest_hi = const
+    for var, c in coeffs.items():
+        if var in thread_terms:
+            continue
+        rng = _bounds(var, ranges)
+        if rng is None:
+            return None
+        lo, hi = sorted((c * rng[0], c * rng[1]))
+        rest_lo, rest_hi = rest_lo + lo, rest_hi + hi
+    ordered = sorted(thread_terms.items(), key=lambda item: item[1])
+    if rest_lo < 0 or rest_hi >= ordered[0][1]:
+        return None
+    span = ordered[0][1]
+    for var, c in ordered:
+        if c < span:
+            return None
+        ext = _extent_of(var, thread_extents)
+        if ext <= 0:
+            return None
+        span = c * ext
+    return thread_terms
+
+
+def _extent_of(var: Any, thread_extents: Mapping[Any, int]) -> int:
+    for key, ext in thread_extents.items():
+        if key.same_as(var):
+            return ext
+    return 0
+
+
+def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
+    if len(a) != len(b):
+        return False
+    return all(any(k.same_as(kb) and c == cb for kb, cb in b.items()) for k, c in a.items())
+
+
+def may_conflict(a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int]) -> bool:
+    """True unless it is proven that ``a`` and ``b``, made by two *different* threads, never
+    touch a common element with at least one of them writing.
+
+    Two atomics never conflict with each other (the hardware orders them). An async write
+    is also unordered with respect to its own thread, so per-thread ownership is not used
+    for it.
+    """
+    if not a.buffer.same_as(b.buffer):
+        return False
+    if not (a.kind.writes or b.kind.writes):
+        return False
+    if a.kind is AccessKind.ATOMIC and b.kind is AccessKind.ATOMIC:
+        return False
+    if a.indices is None or b.indices is None or len(a.indices) != len(b.indices):
+        return True
+    ranges_a, ranges_b = _ranges_of(a, thread_extents), _ranges_of(b, thread_extents)
+    for ia, ib in zip(a.indices, b.indices, strict=True):
+        ba, bb = _bounds(ia, ranges_a), _bounds(ib, ranges_b)
+        if ba is not None and bb is not None and (ba[1] < bb[0] or bb[1] < ba[0]):
+            return False
+    if AccessKind.ASYNC_WRITE in (a.kind, b.kind):
+        return True
+    wide_threads = [v for v, ext in thread_extents.items() if ext != 1]
+    if not wide_threads:
+        return False  # a single thread: nobody else to race with
+    covered: list[Any] = []
+    for ia, ib in zip(a.indices, b.indices, strict=True):
+        ta = _thread_part(ia, thread_extents, ranges_a)
+        tb = _thread_part(ib, thread_extents, ranges_b)
+        if ta is not None and tb is not None and _same_terms(ta, tb):
+            covered.extend(ta)
+    return not all(any(v.same_as(c) for c in covered) for v in wide_threads)

@@ -1,0 +1,297 @@
+"""The shared-memory hazard verifier: every unsynchronised conflicting pair of accesses.
+
+:func:`find_shared_hazards` builds a control-flow graph of one thread's program (the
+body under the thread-binding loops) and, from every shared access, searches forward for
+conflicting accesses reachable without passing a synchronisation that orders them:
+
+* a full barrier (``lds_barrier``, ``__syncthreads``...) in uniform control flow;
+* a split barrier: a ``barrier_signal(id)`` followed later by a ``barrier_wait(id)``;
+* for an async write (cp.async, TMA, gather-to-LDS), either of those only counts after
+  a wait for the thread's outstanding copies (``wait_async_ops(0)``).
+
+Two threads that pass no common barrier run concurrently in either order, so a pair is a
+hazard when a barrier-free path leads from one access to the other. Threads that diverge
+at an ``if`` (a condition on the thread index) run both branches concurrently: the graph
+joins them both ways. Barriers under divergent control flow synchronise nothing (they
+deadlock or are undefined); :func:`find_divergent_barriers` lists them.
+
+This is deliberately independent of :mod:`tilewave.transforms.insert_shared_barriers`:
+it shares only the per-statement facts of :mod:`tilewave.analysis.shared_access`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from tvm import tirx
+
+from tilewave.analysis.shared_access import (
+    AccessKind,
+    LoopRange,
+    SharedAccess,
+    SyncAction,
+    SyncKind,
+    collect_thread_extents,
+    is_leaf_statement,
+    is_thread_dependent,
+    may_conflict,
+    statement_accesses,
+    sync_action,
+)
+from tilewave.targets import get_target
+
+__all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
+
+
+class HazardKind(enum.Enum):
+    """The order of a conflicting pair: which of the two writes."""
+
+    RAW = "read-after-write"
+    WAR = "write-after-read"
+    WAW = "write-after-write"
+
+
+@dataclass(frozen=True)
+class SharedHazard:
+    """One unsynchronised conflicting pair.
+
+    Attributes:
+        buffer: name of the shared buffer.
+        kind: RAW, WAR or WAW (an atomic counts as a read and a write).
+        first: the access that comes first on the barrier-free path.
+        second: the access that comes after it.
+    """
+
+    buffer: str
+    kind: HazardKind
+    first: SharedAccess
+    second: SharedAccess
+
+    def __str__(self) -> str:
+        return (
+            f"{self.kind.name} on {self.buffer}: `{self.first.describe()}` then "
+            f"`{self.second.describe()}` with no barrier between them"
+        )
+
+
+@dataclass(eq=False)
+class _Node:
+    accesses: list[SharedAccess] = field(default_factory=list)
+    sync: SyncAction | None = None
+    divergent: bool = False
+    stmt: Any = None
+    succ: list[int] = field(default_factory=list)
+
+
+class _Graph:
+    """Control-flow graph of one thread's program, built from the statement tree."""
+
+    def __init__(self, thread_vars: list[Any], func_name: str | None) -> None:
+        self.nodes: list[_Node] = []
+        self._thread_vars = thread_vars
+        self._func_name = func_name
+
+    def new(self, **kwargs: Any) -> int:
+        self.nodes.append(_Node(**kwargs))
+        return len(self.nodes) - 1
+
+    def edge(self, a: int, b: int) -> None:
+        if b not in self.nodes[a].succ:
+            self.nodes[a].succ.append(b)
+
+    def build(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+        """Add ``stmt`` after node ``entry``; return its exit node."""
+        if isinstance(stmt, tirx.SeqStmt):
+            for item in stmt.seq:
+                entry = self.build(item, entry, loops, divergent)
+            return entry
+        if isinstance(stmt, tirx.IfThenElse):
+            return self._build_if(stmt, entry, loops, divergent)
+        if isinstance(stmt, tirx.For):
+            return self._build_for(stmt, entry, loops, divergent)
+        if isinstance(stmt, tirx.While):
+            return self._build_loop(stmt.body, stmt.condition, entry, loops, divergent, None)
+        if is_leaf_statement(stmt):
+            node = self.new(
+                accesses=statement_accesses(stmt, loops, self._func_name),
+                sync=sync_action(stmt),
+                divergent=divergent,
+                stmt=stmt,
+            )
+            self.edge(entry, node)
+            return node
+        return self.build(stmt.body, entry, loops, divergent)
+
+    def _condition(self, cond: Any, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+        node = self.new(
+            accesses=statement_accesses(tirx.Evaluate(cond), loops, self._func_name),
+            divergent=divergent,
+            stmt=stmt,
+        )
+        self.edge(entry, node)
+        return node
+
+    def _build_if(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+        head = self._condition(stmt.condition, stmt, entry, loops, divergent)
+        inner = divergent or is_thread_dependent(stmt.condition, self._thread_vars)
+        then_in, else_in = self.new(), self.new()
+        self.edge(head, then_in)
+        self.edge(head, else_in)
+        then_out = self.build(stmt.then_case, then_in, loops, inner)
+        else_out = else_in
+        if stmt.else_case is not None:
+            else_out = self.build(stmt.else_case, else_in, loops, inner)
+        if inner and not divergent:
+            # threads that took different branches run them concurrently
+            self.edge(then_out, else_in)
+            self.edge(else_out, then_in)
+        exit_node = self.new()
+        self.edge(then_out, exit_node)
+        self.edge(else_out, exit_node)
+        return exit_node
+
+    def _build_for(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+        if stmt.kind == tirx.ForKind.THREAD_BINDING:
+            return self.build(stmt.body, entry, loops, divergent)
+        lo = int(stmt.min.value) if isinstance(stmt.min, tirx.IntImm) else None
+        ext = int(stmt.extent.value) if isinstance(stmt.extent, tirx.IntImm) else None
+        inner_loops = (*loops, LoopRange(stmt.loop_var, lo, ext))
+        bounds = tirx.Add(stmt.min, stmt.extent)
+        return self._build_loop(stmt.body, bounds, entry, inner_loops, divergent, ext)
+
+    def _build_loop(
+        self, body: Any, bound: Any, entry: int, loops: tuple, divergent: bool, ext: int | None
+    ) -> int:
+        inner = divergent or is_thread_dependent(bound, self._thread_vars)
+        body_in = self.new()
+        self.edge(entry, body_in)
+        body_out = self.build(body, body_in, loops, inner)
+        if ext is None or ext > 1:
+            self.edge(body_out, body_in)
+        exit_node = self.new()
+        self.edge(body_out, exit_node)
+        if ext is None or ext < 1:
+            self.edge(entry, exit_node)
+        return exit_node
+
+
+def _hazard_kind(first: SharedAccess, second: SharedAccess) -> HazardKind:
+    if first.kind.writes and second.kind.writes:
+        return HazardKind.WAW
+    return HazardKind.RAW if first.kind.writes else HazardKind.WAR
+
+
+class _Search:
+    """Forward search from one access through synchronisation states."""
+
+    def __init__(self, graph: _Graph, thread_extents: dict[Any, int]) -> None:
+        self.graph = graph
+        self.thread_extents = thread_extents
+
+    def reachable_conflicts(self, start: int, access: SharedAccess) -> list[SharedAccess]:
+        is_async = access.kind is AccessKind.ASYNC_WRITE
+        found: list[SharedAccess] = []
+        seen: set[tuple[int, frozenset, bool]] = set()
+        queue = deque((succ, frozenset(), False) for succ in self.graph.nodes[start].succ)
+        while queue:
+            state = queue.popleft()
+            if state in seen:
+                continue
+            seen.add(state)
+            node_id, signalled, landed = state
+            node = self.graph.nodes[node_id]
+            for other in node.accesses:
+                if may_conflict(access, other, self.thread_extents) and not any(
+                    other is f for f in found
+                ):
+                    found.append(other)
+            next_state = self._step(node, signalled, landed, is_async)
+            if next_state is None:
+                continue
+            for succ in node.succ:
+                queue.append((succ, *next_state))
+        return found
+
+    @staticmethod
+    def _step(
+        node: _Node, signalled: frozenset, landed: bool, is_async: bool
+    ) -> tuple[frozenset, bool] | None:
+        """The state after ``node``, or ``None`` when it orders the access before what
+        follows."""
+        sync = node.sync
+        if sync is None or node.divergent:
+            return signalled, landed
+        if sync.completes_async:
+            landed = True
+        ordered = landed or not is_async
+        if sync.is_full_barrier and ordered:
+            return None
+        if sync.kind is SyncKind.SIGNAL and ordered:
+            return signalled | {sync.arg}, landed
+        if sync.kind is SyncKind.WAIT and sync.arg in signalled:
+            return None
+        return signalled, landed
+
+
+def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
+    thread_extents = collect_thread_extents(func)
+    name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
+    graph = _Graph(list(thread_extents), str(name) if name is not None else None)
+    entry = graph.new()
+    graph.build(func.body, entry, (), False)
+    return graph, thread_extents
+
+
+def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
+    """Every pair of shared accesses that two threads may perform unsynchronised.
+
+    Args:
+        func: a ``tvm.tirx.PrimFunc`` whose threads are bound with ``T.thread_binding``.
+        target: a tilewave target (name, ``tvm.target.Target`` or ``TargetInfo``); only
+            validated today, the synchronisation semantics are the same on every target.
+
+    Returns:
+        one :class:`SharedHazard` per unordered pair of conflicting accesses, including
+        pairs inside one statement (``S[tx] = S[tx + 1]``). Accesses by one statement
+        instance to a single element from all threads (``S[0] = x`` outside loops) are
+        not reported: no barrier can order them.
+
+    Raises:
+        UnknownTargetError: ``target`` is not a tilewave target.
+        UnclassifiedOpError: a call addresses a shared buffer through an unknown op.
+    """
+    if target is not None:
+        get_target(target)
+    graph, thread_extents = _build(func)
+    search = _Search(graph, thread_extents)
+    hazards: list[SharedHazard] = []
+    reported: set[tuple[int, int]] = set()
+
+    def report(first: SharedAccess, second: SharedAccess) -> None:
+        key = tuple(sorted((id(first), id(second))))
+        if key in reported:
+            return
+        reported.add(key)  # type: ignore[arg-type]
+        hazards.append(SharedHazard(first.buffer_name, _hazard_kind(first, second), first, second))
+
+    for node_id, node in enumerate(graph.nodes):
+        for i, access in enumerate(node.accesses):
+            for later in node.accesses[i + 1 :]:
+                if may_conflict(access, later, thread_extents):
+                    report(access, later)
+            for other in search.reachable_conflicts(node_id, access):
+                report(access, other)
+    return hazards
+
+
+def find_divergent_barriers(func: Any) -> list[Any]:
+    """Barrier statements that sit under thread-dependent control flow (a deadlock risk)."""
+    graph, _ = _build(func)
+    return [
+        n.stmt
+        for n in graph.nodes
+        if n.sync is not None and n.divergent and n.sync.kind is not SyncKind.ASYNC_WAIT
+    ]

@@ -1,0 +1,430 @@
+"""``InsertSharedBarriers``: order conflicting shared-memory (LDS) accesses with barriers.
+
+The pass walks the kernel in program order keeping the *pending* accesses: those made
+since the last barrier on some path. When a statement's access may conflict with a
+pending one (RAW, WAR, WAW; an atomic is both a read and a write; see
+:func:`tilewave.analysis.shared_access.may_conflict`), it inserts a barrier before it:
+
+* basic-barrier targets (gfx942, gfx950, CUDA by default): ``T.tilewave.lds_barrier()``
+  right before the consumer;
+* split-barrier targets (gfx1200/gfx1201, or CUDA with ``barrier_style="split"``):
+  ``T.tilewave.barrier_wait(-1)`` before the consumer and ``T.tilewave.barrier_signal(-1)``
+  right after the last statement of the same block that touches shared memory, so the
+  work between them overlaps the barrier. Each signal and its wait sit in one block, so
+  they are balanced on every path;
+* after an async write (cp.async, TMA, gather-to-LDS) ``T.tilewave.wait_async_ops(0)``
+  goes before the barrier.
+
+Loops are analysed to a fixed point (the state at the loop head is the entry state joined
+with the state at the end of the body), so a write at the end of iteration i and a read at
+the start of iteration i+1 get a barrier. A barrier that only guards accesses from before
+the loop is placed before the loop when that saves barriers inside it. Barriers never go
+into thread-divergent code: a conflict with accesses before a divergent ``if``/loop puts
+the barrier before it; a conflict inside it raises :class:`DivergentBarrierError`.
+Existing barriers, split barriers and async waits are understood and kept, so the pass is
+idempotent.
+
+Example::
+
+    func = insert_shared_barriers(func, target="gfx942")
+    mod = InsertSharedBarriers(target="gfx1200")(mod)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import tirx
+
+from tilewave.analysis.shared_access import (
+    AccessKind,
+    LoopRange,
+    SharedAccess,
+    SyncKind,
+    collect_thread_extents,
+    is_leaf_statement,
+    is_thread_dependent,
+    may_conflict,
+    statement_accesses,
+    sync_action,
+    touches_shared_or_sync,
+)
+from tilewave.errors import MalformedKernelError, PassOptionError, TilewaveError, where
+from tilewave.ir.ops import call_op
+from tilewave.ir.walker import post_order_visit, rebuild
+from tilewave.targets import TargetInfo, get_target
+
+__all__ = ["DivergentBarrierError", "InsertSharedBarriers", "insert_shared_barriers"]
+
+PASS_NAME = "InsertSharedBarriers"
+#: the barrier id of the whole workgroup (gfx12 ``s_barrier_signal -1``)
+WORKGROUP_BARRIER = -1
+_MAX_FIXPOINT_ROUNDS = 32
+
+
+class DivergentBarrierError(MalformedKernelError):
+    """A barrier is needed where only some threads run (inside thread-divergent control
+    flow) and cannot be hoisted out."""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """What is known about one access made since the last barrier."""
+
+    landed: bool  # an async write whose copy is known complete (always True for others)
+    signalled: frozenset[int]  # split barriers signalled after it
+
+
+_State = dict[SharedAccess, _Pending]
+
+
+@dataclass(frozen=True)
+class _Barrier:
+    """Placeholder for a barrier the pass decided to insert before the next statement."""
+
+    wait_async: bool
+
+
+def _merge(a: _State, b: _State) -> _State:
+    out = dict(a)
+    for acc, p in b.items():
+        q = out.get(acc)
+        out[acc] = p if q is None else _Pending(p.landed and q.landed, p.signalled & q.signalled)
+    return out
+
+
+class _Placer:
+    """Walks one PrimFunc body and decides where barriers go."""
+
+    def __init__(self, func: tirx.PrimFunc, target: TargetInfo, split: bool) -> None:
+        self.func_name = _func_name(func)
+        self.thread_extents = collect_thread_extents(func)
+        self.split = split
+        self._access_cache: dict[Any, list[SharedAccess]] = {}
+
+    # -- facts ---------------------------------------------------------------------------
+    def accesses(
+        self, stmt: Any, loops: tuple[LoopRange, ...], owner: Any = None
+    ) -> list[SharedAccess]:
+        """Accesses of a leaf statement, or of the condition of ``owner`` (an ``if``);
+        cached so every fixed-point round sees the same access objects."""
+        key = (owner if owner is not None else stmt, owner is not None, *(lp.var for lp in loops))
+        if key not in self._access_cache:
+            self._access_cache[key] = statement_accesses(stmt, loops, self.func_name)
+        return self._access_cache[key]
+
+    def all_accesses(self, stmt: Any, loops: tuple[LoopRange, ...]) -> list[SharedAccess]:
+        """Every access under ``stmt`` (conditions included)."""
+        if isinstance(stmt, tirx.SeqStmt):
+            return [a for s in stmt.seq for a in self.all_accesses(s, loops)]
+        if isinstance(stmt, tirx.IfThenElse):
+            out = self.accesses(tirx.Evaluate(stmt.condition), loops, owner=stmt)
+            out = out + self.all_accesses(stmt.then_case, loops)
+            if stmt.else_case is not None:
+                out = out + self.all_accesses(stmt.else_case, loops)
+            return out
+        if isinstance(stmt, tirx.For):
+            return self.all_accesses(stmt.body, self._loops_inside(stmt, loops))
+        if is_leaf_statement(stmt):
+            return self.accesses(stmt, loops)
+        return self.all_accesses(stmt.body, loops)
+
+    def conflicts(self, access: SharedAccess, state: _State) -> list[SharedAccess]:
+        return [p for p in state if may_conflict(p, access, self.thread_extents)]
+
+    @staticmethod
+    def _loops_inside(loop: Any, loops: tuple[LoopRange, ...]) -> tuple[LoopRange, ...]:
+        if loop.kind == tirx.ForKind.THREAD_BINDING:
+            return loops
+        lo = int(loop.min.value) if isinstance(loop.min, tirx.IntImm) else None
+        ext = int(loop.extent.value) if isinstance(loop.extent, tirx.IntImm) else None
+        return (*loops, LoopRange(loop.loop_var, lo, ext))
+
+    # -- barrier decisions ---------------------------------------------------------------
+    def barrier_before(
+        self, new: Iterable[SharedAccess], state: _State
+    ) -> tuple[_Barrier | None, _State]:
+        """The barrier ``new`` accesses need after ``state``, and the state after it."""
+        blocking = {p for a in new for p in self.conflicts(a, state)}
+        if not blocking:
+            return None, state
+        wait_async = any(p.kind is AccessKind.ASYNC_WRITE and not state[p].landed for p in blocking)
+        if wait_async:
+            return _Barrier(True), {}
+        kept = {p: s for p, s in state.items() if not s.landed}
+        return _Barrier(False), kept
+
+    def sync(self, stmt: Any, state: _State, divergent: bool) -> _State | None:
+        """Apply an existing synchronisation statement to ``state`` (None: not one)."""
+        action = sync_action(stmt)
+        if action is None:
+            return None
+        if divergent and action.kind is not SyncKind.ASYNC_WAIT:
+            raise DivergentBarrierError(
+                f"{PASS_NAME}: a barrier sits in thread-divergent control flow "
+                f"{where(self.func_name, stmt)}; threads that skip it deadlock. Move it out "
+                "of the thread-dependent `if`/loop."
+            )
+        if action.completes_async:
+            state = {p: _Pending(True, s.signalled) for p, s in state.items()}
+        if action.is_full_barrier:
+            return {p: s for p, s in state.items() if not s.landed}
+        if action.kind is SyncKind.SIGNAL:
+            return {
+                p: _Pending(s.landed, s.signalled | {action.arg}) if s.landed else s
+                for p, s in state.items()
+            }
+        if action.kind is SyncKind.WAIT:
+            return {p: s for p, s in state.items() if action.arg not in s.signalled}
+        return state
+
+    # -- statements ----------------------------------------------------------------------
+    def visit(
+        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...], divergent: bool
+    ) -> tuple[list[Any], _State]:
+        """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
+        if isinstance(stmt, tirx.SeqStmt):
+            items: list[Any] = []
+            for child in stmt.seq:
+                new, state = self.visit(child, state, loops, divergent)
+                items.extend(new)
+            return items, state
+        if isinstance(stmt, tirx.IfThenElse):
+            return self.visit_if(stmt, state, loops, divergent)
+        if isinstance(stmt, tirx.For):
+            return self.visit_for(stmt, state, loops, divergent)
+        if is_leaf_statement(stmt):
+            return self.visit_leaf(stmt, state, loops, divergent)
+        body_items, state = self.visit(stmt.body, state, loops, divergent)
+        return [self.rebuilt(stmt, "body", body_items)], state
+
+    def rebuilt(self, stmt: Any, field: str, items: list[Any]) -> Any:
+        new_body = self.sequence(items)
+        old = getattr(stmt, field)
+        if new_body.same_as(old):
+            return stmt
+        return rebuild(stmt, {field: new_body})
+
+    def visit_leaf(
+        self,
+        stmt: Any,
+        state: _State,
+        loops: tuple[LoopRange, ...],
+        divergent: bool,
+        owner: Any = None,
+    ) -> tuple[list[Any], _State]:
+        after_sync = self.sync(stmt, state, divergent)
+        if after_sync is not None:
+            return [stmt], after_sync
+        accesses = self.accesses(stmt, loops, owner)
+        self.check_within_statement(stmt, accesses)
+        barrier, state = self.barrier_before(accesses, state)
+        if barrier is not None and divergent:
+            raise self.divergent_error(stmt)
+        state = dict(state)
+        for acc in accesses:
+            state[acc] = _Pending(acc.kind is not AccessKind.ASYNC_WRITE, frozenset())
+        return ([barrier] if barrier else []) + [stmt], state
+
+    def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
+        for i, a in enumerate(accesses):
+            for b in accesses[i + 1 :]:
+                if may_conflict(a, b, self.thread_extents):
+                    raise MalformedKernelError(
+                        f"{PASS_NAME}: `{a.describe()}` and `{b.describe()}` may race between "
+                        f"threads inside one statement {where(self.func_name, stmt)}; no "
+                        "barrier can go between them. Load the value into a local variable "
+                        "in a separate statement first."
+                    )
+
+    def divergent_error(self, stmt: Any) -> DivergentBarrierError:
+        return DivergentBarrierError(
+            f"{PASS_NAME}: a barrier is needed inside thread-divergent control flow "
+            f"{where(self.func_name, stmt)}: both accesses run under a condition on the thread "
+            "index, so some threads would skip the barrier and deadlock. Split the divergent "
+            "region so the producer and the consumer sit in separate `if`s with uniform code "
+            "between them."
+        )
+
+    def enter_divergent(
+        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...]
+    ) -> tuple[list[Any], _State]:
+        """Barrier before a divergent region for conflicts with accesses before it."""
+        barrier, state = self.barrier_before(self.all_accesses(stmt, loops), state)
+        return ([barrier] if barrier else []), state
+
+    def visit_if(
+        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...], divergent: bool
+    ) -> tuple[list[Any], _State]:
+        cond_stmt = tirx.Evaluate(stmt.condition)
+        inner = divergent or is_thread_dependent(stmt.condition, list(self.thread_extents))
+        prefix: list[Any] = []
+        if inner and not divergent:
+            prefix, state = self.enter_divergent(stmt, state, loops)
+            self.check_branches_apart(stmt, loops)
+        cond_items, state = self.visit_leaf(cond_stmt, state, loops, divergent, owner=stmt)
+        prefix += [i for i in cond_items if isinstance(i, _Barrier)]
+        then_items, then_state = self.visit(stmt.then_case, state, loops, inner)
+        else_state = state
+        changes = {"then_case": self.sequence(then_items)}
+        if stmt.else_case is not None:
+            else_items, else_state = self.visit(stmt.else_case, state, loops, inner)
+            changes["else_case"] = self.sequence(else_items)
+        if all(changes[k].same_as(getattr(stmt, k)) for k in changes):
+            new_stmt = stmt
+        else:
+            new_stmt = rebuild(stmt, changes)
+        return [*prefix, new_stmt], _merge(then_state, else_state)
+
+    def check_branches_apart(self, stmt: Any, loops: tuple[LoopRange, ...]) -> None:
+        """Threads in the two branches of a divergent ``if`` run concurrently."""
+        if stmt.else_case is None:
+            return
+        then_acc = self.all_accesses(stmt.then_case, loops)
+        else_acc = self.all_accesses(stmt.else_case, loops)
+        for a in then_acc:
+            for b in else_acc:
+                if may_conflict(a, b, self.thread_extents):
+                    raise self.divergent_error(stmt)
+
+    def visit_for(
+        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...], divergent: bool
+    ) -> tuple[list[Any], _State]:
+        if stmt.kind == tirx.ForKind.THREAD_BINDING:
+            items, state = self.visit(stmt.body, state, loops, divergent)
+            return [self.rebuilt(stmt, "body", items)], state
+        inner_loops = self._loops_inside(stmt, loops)
+        bounds = tirx.Add(stmt.min, stmt.extent)
+        inner = divergent or is_thread_dependent(bounds, list(self.thread_extents))
+        prefix: list[Any] = []
+        if inner and not divergent:
+            prefix, state = self.enter_divergent(stmt, state, loops)
+        ext = stmt.extent.value if isinstance(stmt.extent, tirx.IntImm) else None
+        body, head, out, count = self.fixpoint(stmt.body, state, inner_loops, inner)
+        barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, loops), state)
+        if barrier is not None and not inner:
+            hoisted = self.fixpoint(stmt.body, hoisted_state, inner_loops, inner)
+            if hoisted[3] < count:
+                # one barrier before the loop instead of some inside it
+                prefix.append(barrier)
+                body, head, out, _ = hoisted
+        new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
+        return [*prefix, new_stmt], (out if ext is not None and ext >= 1 else _merge(head, out))
+
+    def fixpoint(
+        self, body: Any, entry: _State, loops: tuple[LoopRange, ...], divergent: bool
+    ) -> tuple[Any, _State, _State, int]:
+        """Transform a loop body with the state at the loop head joined to a fixed point.
+
+        Returns the new body, the head state, the state at the end of the body and the
+        number of barriers placed in the body.
+        """
+        head = entry
+        for _ in range(_MAX_FIXPOINT_ROUNDS):
+            items, out = self.visit(body, head, loops, divergent)
+            joined = _merge(head, out)
+            if joined == head:
+                new_body = self.sequence(items)
+                return new_body, head, out, _barrier_count(new_body) - _barrier_count(body)
+            head = joined
+        raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
+
+    # -- materialising -------------------------------------------------------------------
+    def sequence(self, items: list[Any]) -> Any:
+        """Turn items into one statement, expanding barrier placeholders."""
+        out: list[Any] = []
+        for item in items:
+            if not isinstance(item, _Barrier):
+                out.extend(item.seq if isinstance(item, tirx.SeqStmt) else [item])
+                continue
+            if not self.split:
+                if item.wait_async:
+                    out.append(call_op("tilewave.wait_async_ops", 0))
+                out.append(call_op("tilewave.lds_barrier"))
+                continue
+            if item.wait_async:
+                out.append(call_op("tilewave.wait_async_ops", 0))
+                out.append(call_op("tilewave.barrier_signal", WORKGROUP_BARRIER))
+            else:
+                at = len(out)
+                while at > 0 and not touches_shared_or_sync(out[at - 1]):
+                    at -= 1
+                out.insert(at, call_op("tilewave.barrier_signal", WORKGROUP_BARRIER))
+            out.append(call_op("tilewave.barrier_wait", WORKGROUP_BARRIER))
+        if len(out) == 1:
+            return out[0]
+        return tirx.SeqStmt(out)
+
+
+def _barrier_count(stmt: Any) -> int:
+    count = 0
+
+    def check(node: Any) -> None:
+        nonlocal count
+        if isinstance(node, tirx.Evaluate):
+            action = sync_action(node)
+            count += action is not None and (action.is_full_barrier or action.kind is SyncKind.WAIT)
+
+    post_order_visit(stmt, check)
+    return count
+
+
+def _func_name(func: tirx.PrimFunc) -> str:
+    symbol = func.attrs.get("global_symbol") if func.attrs is not None else None
+    return str(symbol) if symbol is not None else "<prim_func>"
+
+
+def _barrier_style(target: TargetInfo, barrier_style: str | None) -> bool:
+    style = barrier_style or target.barrier_style
+    if style not in ("basic", "split"):
+        raise PassOptionError(
+            f"{PASS_NAME}: barrier_style must be 'basic' or 'split', got {barrier_style!r}"
+        )
+    if style == "split" and not target.has_split_barrier:
+        raise PassOptionError(
+            f"{PASS_NAME}: target {target.name} has no split barrier; use "
+            "barrier_style='basic' (or leave it unset)"
+        )
+    return style == "split"
+
+
+def insert_shared_barriers(
+    func: tirx.PrimFunc, target: Any, barrier_style: str | None = None
+) -> tirx.PrimFunc:
+    """Insert the barriers ``func`` needs between conflicting shared-memory accesses.
+
+    Args:
+        func: the kernel, threads bound with ``T.thread_binding``.
+        target: a tilewave target name, ``tvm.target.Target`` or ``TargetInfo``.
+        barrier_style: ``"basic"`` or ``"split"``; default: the target's preferred style
+            (split on gfx1200/gfx1201, basic elsewhere).
+
+    Raises:
+        DivergentBarrierError: a barrier is needed inside thread-divergent code.
+        MalformedKernelError: two accesses of one statement race (no barrier fits between).
+        PassOptionError: unknown ``barrier_style`` or split asked of a target without it.
+        UnclassifiedOpError: an unknown op takes a shared buffer's address.
+    """
+    info = get_target(target)
+    placer = _Placer(func, info, _barrier_style(info, barrier_style))
+    items, _ = placer.visit(func.body, {}, (), False)
+    body = placer.sequence(items)
+    if body.same_as(func.body):
+        return func
+    return rebuild(func, {"body": body})
+
+
+def InsertSharedBarriers(
+    target: Any, barrier_style: str | None = None
+) -> tvm.transform.Pass:
+    """The :func:`insert_shared_barriers` rewrite as a ``tvm.transform.Pass`` over a module."""
+    info = get_target(target)
+    _barrier_style(info, barrier_style)
+
+    def run(func: tirx.PrimFunc, _mod: Any, _ctx: Any) -> tirx.PrimFunc:
+        return insert_shared_barriers(func, info, barrier_style)
+
+    return tirx.transform.prim_func_pass(run, opt_level=0, name=PASS_NAME)
