@@ -79,6 +79,9 @@ _EXACT: dict[str, OpEffect] = {
     "tirx.cuda.mbarrier_wait": E.BARRIER | E.ASYNC_WAIT,
     "tirx.cuda.atomic_add": E.ATOMIC,
     "tirx.cuda.atomic_cas": E.ATOMIC,
+    # Address arithmetic on a shared pointer: no shared-memory traffic of their own.
+    "tirx.cuda.cvta_generic_to_shared": E.NONE,
+    "tirx.cuda.wgmma_encode_matrix_descriptor": E.NONE,
     "tirx.atomic_add": E.ATOMIC,
     "tirx.s_tir.cp_async_raw": E.GENERIC_SHARED | E.ASYNC_COPY | E.WRITES_SHARED,
     _PTX + "fence_proxy": E.FENCE_PROXY,
