@@ -196,6 +196,7 @@ def sync_action(stmt: Any) -> SyncAction | None:
 
 
 _LEAF_TYPES = (tirx.BufferStore, tirx.Evaluate)
+_ADDRESS_OPS = frozenset({"tirx.buffer_data", "tirx.address_of", "tirx.tvm_access_ptr"})
 
 
 def is_leaf_statement(stmt: Any) -> bool:
@@ -216,6 +217,8 @@ class _AccessCollector(TIRVisitor):
         self._stmt = stmt
         self._loops = loops
         self._func_name = func_name
+        self._depth = 0
+        self._in_address = 0
 
     def add(self, buffer: Any, kind: AccessKind, indices: Iterable[Any] | None) -> None:
         idx = None if indices is None else tuple(indices)
@@ -223,19 +226,24 @@ class _AccessCollector(TIRVisitor):
 
     def visit_TensorLoad(self, node: Any) -> None:
         self.generic_visit(node)
-        if is_shared_buffer(node.source):
+        if is_shared_buffer(node.source) and not self._in_address:
             self.add(node.source, AccessKind.READ, node.indices)
 
     def visit_Call(self, node: ir.expr.Call) -> None:
+        # A call nested in another (an address conversion inside cp.async) is the outer
+        # call's operand: only the outer call says what happens to the memory.
+        takes_address = isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS
+        self._depth += 1
+        self._in_address += takes_address  # `address_of(S[i])` names S[i], does not load it
         self.generic_visit(node)
-        if not isinstance(node.op, ir.Op) or node.op.name in (
-            "tirx.buffer_data",
-            "tirx.address_of",
-            "tirx.tvm_access_ptr",
-        ):
+        self._in_address -= takes_address
+        self._depth -= 1
+        if not isinstance(node.op, ir.Op) or node.op.name in _ADDRESS_OPS:
             return
         buffers = shared_buffers_addressed(node)
         if not buffers:
+            return
+        if self._depth > 0 and not classify_call(node):
             return
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
         for kind in _kinds_of(effect):

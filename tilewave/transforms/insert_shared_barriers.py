@@ -202,8 +202,8 @@ class _Placer:
         return [self.rebuilt(stmt, "body", body_items)], state
 
     def rebuilt(self, stmt: Any, field: str, items: list[Any]) -> Any:
-        new_body = self.sequence(items)
         old = getattr(stmt, field)
+        new_body = self.sequence(items, old)
         if new_body.same_as(old):
             return stmt
         return rebuild(stmt, {field: new_body})
@@ -269,10 +269,10 @@ class _Placer:
         prefix += [i for i in cond_items if isinstance(i, _Barrier)]
         then_items, then_state = self.visit(stmt.then_case, state, loops, inner)
         else_state = state
-        changes = {"then_case": self.sequence(then_items)}
+        changes = {"then_case": self.sequence(then_items, stmt.then_case)}
         if stmt.else_case is not None:
             else_items, else_state = self.visit(stmt.else_case, state, loops, inner)
-            changes["else_case"] = self.sequence(else_items)
+            changes["else_case"] = self.sequence(else_items, stmt.else_case)
         if all(changes[k].same_as(getattr(stmt, k)) for k in changes):
             new_stmt = stmt
         else:
@@ -327,14 +327,20 @@ class _Placer:
             items, out = self.visit(body, head, loops, divergent)
             joined = _merge(head, out)
             if joined == head:
-                new_body = self.sequence(items)
+                new_body = self.sequence(items, body)
                 return new_body, head, out, _barrier_count(new_body) - _barrier_count(body)
             head = joined
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 
     # -- materialising -------------------------------------------------------------------
-    def sequence(self, items: list[Any]) -> Any:
-        """Turn items into one statement, expanding barrier placeholders."""
+    def sequence(self, items: list[Any], original: Any = None) -> Any:
+        """Turn items into one statement, expanding barrier placeholders; ``original``
+        comes back unchanged when the items are exactly its statements."""
+        old = list(original.seq) if isinstance(original, tirx.SeqStmt) else [original]
+        if len(old) == len(items) and all(
+            not isinstance(i, _Barrier) and i.same_as(o) for i, o in zip(items, old, strict=True)
+        ):
+            return original
         out: list[Any] = []
         for item in items:
             if not isinstance(item, _Barrier):
@@ -411,15 +417,13 @@ def insert_shared_barriers(
     info = get_target(target)
     placer = _Placer(func, info, _barrier_style(info, barrier_style))
     items, _ = placer.visit(func.body, {}, (), False)
-    body = placer.sequence(items)
+    body = placer.sequence(items, func.body)
     if body.same_as(func.body):
         return func
     return rebuild(func, {"body": body})
 
 
-def InsertSharedBarriers(
-    target: Any, barrier_style: str | None = None
-) -> tvm.transform.Pass:
+def InsertSharedBarriers(target: Any, barrier_style: str | None = None) -> tvm.transform.Pass:
     """The :func:`insert_shared_barriers` rewrite as a ``tvm.transform.Pass`` over a module."""
     info = get_target(target)
     _barrier_style(info, barrier_style)
