@@ -23,12 +23,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
-from tvm.tirx.build import codegen_build, split_host_device_mods
+from tvm.tirx.build import codegen_build
 
 from tilewave.codegen.lower_ops import LowerTilewaveOps
 from tilewave.codegen.rocm import offline_rocm_link
-from tilewave.errors import KernelSourceError, MalformedKernelError, PassOptionError, where
+from tilewave.errors import (
+    KernelSourceError,
+    MalformedKernelError,
+    PassOptionError,
+    TilewaveError,
+    where,
+)
 from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
@@ -44,6 +51,19 @@ __all__ = [
     "lower",
     "stages_for",
 ]
+
+
+def _keep_error_types_across_ffi() -> None:
+    # A TilewaveError raised inside a pass or a pass instrument crosses TVM's C++ boundary;
+    # without a registration tvm_ffi turns it into a RuntimeError on the way back.
+    pending = [TilewaveError]
+    while pending:
+        cls = pending.pop()
+        tvm_ffi.register_error(cls.__name__, cls)
+        pending.extend(cls.__subclasses__())
+
+
+_keep_error_types_across_ffi()
 
 
 @dataclass(frozen=True)
@@ -98,6 +118,11 @@ def _config(key: str, enabled: bool = True) -> StagePredicate:
     return lambda t, o: o.flag(key) == enabled
 
 
+def _host_bound_target(target: TargetInfo) -> tvm.target.Target:
+    host = "llvm" if tvm.runtime.enabled("llvm") else "c"
+    return target.tvm_target().with_host(tvm.target.Target(host))
+
+
 def _multibuffer(target: TargetInfo, options: LowerOptions) -> tvm.transform.Pass:
     module_name = "tilewave.transforms.multibuffer"
     if importlib.util.find_spec(module_name) is None:
@@ -118,6 +143,7 @@ def _wants_multibuffer(target: TargetInfo, options: LowerOptions) -> bool:
 #: (TVM 0.27) with ``ThreadSync("shared")`` / ``ThreadSync("shared.dyn")`` replaced by
 #: tilewave's synchronisation stages.
 STAGES: tuple[Stage, ...] = (
+    Stage("tirx.BindTarget", lambda t, o: tirx.transform.BindTarget(_host_bound_target(t))),
     _tvm("s_tir.CanonicalizeLoop", s_tir.transform.CanonicalizeLoop),
     _tvm("s_tir.LowerCrossThreadReduction", s_tir.transform.LowerCrossThreadReduction),
     _tvm("s_tir.LowerInitBlock", s_tir.transform.LowerInitBlock),
@@ -320,17 +346,11 @@ def _pass_context(instruments: Sequence[Any] | None) -> Iterator[None]:
         yield
 
 
-def _bind_target(mod: tvm.IRModule, info: TargetInfo) -> tvm.IRModule:
-    host = "llvm" if tvm.runtime.enabled("llvm") else "c"
-    target = info.tvm_target().with_host(tvm.target.Target(host))
-    return tirx.transform.BindTarget(target)(mod)
-
-
 def _lower_in_context(mod_or_func: Any, info: TargetInfo, multi_buffer_count: int | None):
     mod = _as_module(mod_or_func)
     _check_gpu_kernels(mod)
     passes = default_passes(info, multi_buffer_count=multi_buffer_count)
-    return tvm.transform.Sequential(passes, name="tilewave.lower")(_bind_target(mod, info))
+    return tvm.transform.Sequential(passes, name="tilewave.lower")(mod)
 
 
 def lower(
@@ -363,6 +383,27 @@ def lower(
     info = get_target(target)
     with _pass_context(instruments):
         return _lower_in_context(mod_or_func, info, multi_buffer_count)
+
+
+_HOST_KINDS = frozenset({"llvm", "c", "cuda_host"})
+
+
+def _device_part(lowered: tvm.IRModule) -> tvm.IRModule:
+    # TVM's split_host_device_mods does this with two Filter passes; doing it by hand keeps
+    # them out of the instrumented stage list.
+    device = {
+        gvar: func
+        for gvar, func in lowered.functions.items()
+        if func.attrs is not None
+        and "target" in func.attrs
+        and func.attrs["target"].kind.name not in _HOST_KINDS
+    }
+    if not device:
+        raise MalformedKernelError(
+            "build: lowering produced no device function; the kernel must bind threadIdx "
+            "loops so TVM can split it into host and device parts."
+        )
+    return tvm.IRModule(device, attrs=lowered.attrs)
 
 
 @dataclass(frozen=True)
@@ -409,16 +450,11 @@ def build(
     info = get_target(target)
     with _pass_context(instruments):
         lowered = _lower_in_context(mod_or_func, info, multi_buffer_count)
-        _, device_mods = split_host_device_mods(lowered)
-        if not device_mods:
-            raise MalformedKernelError(
-                "build: lowering produced no device function; the kernel must bind threadIdx "
-                "loops so TVM can split it into host and device parts."
-            )
-        [(device_target, device_mod)] = device_mods.items()
+        device_mod = _device_part(lowered)
         device_mod = tvm.transform.Sequential(device_finalize_passes(), name="tilewave.device")(
             device_mod
         )
+    device_target = _host_bound_target(info)
     if info.is_cuda:
         runtime_mod = codegen_build(device_mod, device_target)
         return BuildResult(info, lowered, device_mod, runtime_mod.inspect_source())
