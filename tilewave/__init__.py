@@ -5,6 +5,7 @@ Importing tilewave registers its own TIR ops (``T.tilewave.*``) with TVM.
 
 from tilewave.errors import TilewaveError
 from tilewave.ir import OpEffect, register_intrinsic, unregister_intrinsic
+from tilewave.pipeline import build, lower
 from tilewave.targets import TargetInfo, get_target
 
 __version__ = "0.1.0"
@@ -14,7 +15,9 @@ __all__ = [
     "TargetInfo",
     "TilewaveError",
     "__version__",
+    "build",
     "get_target",
+    "lower",
     "register_intrinsic",
     "unregister_intrinsic",
 ]
