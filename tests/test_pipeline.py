@@ -190,3 +190,24 @@ def test_errors_inside_passes_keep_their_tilewave_type():
     # Raised inside LowerTilewaveOps, i.e. across TVM's C++ pass machinery.
     with pytest.raises(TargetFeatureError, match=r"split_barrier_kernel.*gfx942 does not have"):
         lower(split_barrier_kernel, "gfx942")
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("tilewave.transforms.multibuffer") is None,
+    reason="the multibuffer pass is not in this tree",
+)
+def test_multi_buffer_count_reaches_the_multibuffer_pass():
+    # block_sum's `partial` is read before it is written in the loop: MultiBuffer refuses it,
+    # which shows the option reached the real pass.
+    with pytest.raises(MalformedKernelError, match=r"MultiBuffer: buffer 'partial'"):
+        lower(block_sum, "sm_90a", multi_buffer_count=2)
+
+
+@pytest.mark.parametrize("example", ["custom_sequential.py", "transpose.py"])
+def test_examples_run(example, capsys):
+    import runpy
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / example
+    runpy.run_path(str(path), run_name="__main__")
+    assert "@T.prim_func" in capsys.readouterr().out

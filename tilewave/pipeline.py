@@ -132,7 +132,7 @@ def _multibuffer(target: TargetInfo, options: LowerOptions) -> tvm.transform.Pas
             "Drop the option, or install a tilewave that ships the pass."
         )
     module = importlib.import_module(module_name)
-    return module.MultiBuffer(options.multi_buffer_count)
+    return module.MultiBuffer(options.multi_buffer_count, target=target)
 
 
 def _wants_multibuffer(target: TargetInfo, options: LowerOptions) -> bool:

@@ -325,3 +325,19 @@ def test_gfx1200_asm_has_split_barrier_and_loadcnt_wait():
     assert "s_barrier_wait -1" in ops
     assert ops.index("s_barrier_signal -1") < ops.index("s_barrier_wait -1")
     assert any(re.fullmatch(r"s_wait_loadcnt 0x1", op) for op in ops)
+
+
+def test_gfx12_workgroup_barrier_id_minus_one_is_accepted():
+    body = tvm.tirx.SeqStmt(
+        [
+            tilewave.ir.ops.call_op("tilewave.barrier_signal", -1),
+            tilewave.ir.ops.call_op("tilewave.barrier_wait", -1),
+        ]
+    )
+    out = lower_tilewave_ops(split_barrier.with_body(body), "gfx1200")
+    tvm.ir.assert_structural_equal(
+        out.body,
+        tvm.tirx.SeqStmt(
+            [split_barrier_gfx1200.body.body.seq[2], split_barrier_gfx1200.body.body.seq[3]]
+        ),
+    )

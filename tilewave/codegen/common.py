@@ -15,14 +15,21 @@ __all__ = ["OpLowering", "immediate_operand"]
 OpLowering = Callable[[ir.expr.Call, TargetInfo, str], ir.expr.Expr]
 
 
-def immediate_operand(call: ir.expr.Call, func_name: str, meaning: str) -> int:
+def immediate_operand(
+    call: ir.expr.Call, func_name: str, meaning: str, *, allow_negative: bool = False
+) -> int:
     """The call's single operand as a Python int, or raise if it is not a constant.
 
     Wait counts and barrier ids are instruction immediates on every target, so they must be
     known when the kernel is compiled.
 
+    Args:
+        allow_negative: accept a negative constant (barrier ids: -1 is gfx12's workgroup
+            barrier); wait counts must be 0 or more.
+
     Raises:
-        MalformedKernelError: the operand is missing, not an integer constant, or negative.
+        MalformedKernelError: the operand is missing, not an integer constant, or negative
+            when that is not allowed.
     """
     name = call.op.name
     if len(call.args) != 1 or not isinstance(call.args[0], tirx.IntImm):
@@ -31,7 +38,7 @@ def immediate_operand(call: ir.expr.Call, func_name: str, meaning: str) -> int:
             f"operand ({meaning}); it is an instruction immediate. Pass a literal such as 0."
         )
     value = int(call.args[0].value)
-    if value < 0:
+    if value < 0 and not allow_negative:
         raise MalformedKernelError(
             f"LowerTilewaveOps: {name} {where(func_name, call)} has a negative operand {value}; "
             f"{meaning} must be 0 or more."

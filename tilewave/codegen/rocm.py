@@ -59,13 +59,13 @@ def _require_split_barrier(call: ir.expr.Call, target: TargetInfo, func_name: st
 def _barrier_signal(call: ir.expr.Call, target: TargetInfo, func_name: str) -> ir.expr.Expr:
     _require_split_barrier(call, target, func_name)
     # Every id maps to the one workgroup barrier; ids only tell CUDA's mbarriers apart.
-    immediate_operand(call, func_name, "the barrier id")
+    immediate_operand(call, func_name, "the barrier id", allow_negative=True)
     return T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier.signal", T.int32(_WORKGROUP_BARRIER))
 
 
 def _barrier_wait(call: ir.expr.Call, target: TargetInfo, func_name: str) -> ir.expr.Expr:
     _require_split_barrier(call, target, func_name)
-    immediate_operand(call, func_name, "the barrier id")
+    immediate_operand(call, func_name, "the barrier id", allow_negative=True)
     # The intrinsic's operand is an i16 immediate.
     return T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier.wait", T.int16(_WORKGROUP_BARRIER))
 
