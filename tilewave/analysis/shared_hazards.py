@@ -11,8 +11,8 @@ conflicting accesses reachable without passing a synchronisation that orders the
 
 Two threads that pass no common barrier run concurrently in either order, so a pair is a
 hazard when a barrier-free path leads from one access to the other. Threads that diverge
-at an ``if`` (a condition on the thread index) run both branches concurrently: the graph
-joins them both ways. Barriers under divergent control flow synchronise nothing (they
+at an ``if`` (a condition on the thread index) run both branches concurrently: every pair
+across the two branches is checked. Barriers under divergent control flow synchronise nothing (they
 deadlock or are undefined); :func:`find_divergent_barriers` lists them.
 
 This is deliberately independent of :mod:`tilewave.transforms.insert_shared_barriers`:
@@ -91,6 +91,8 @@ class _Graph:
 
     def __init__(self, thread_vars: list[Any], func_name: str | None) -> None:
         self.nodes: list[_Node] = []
+        #: node-id ranges of the two branches of each divergent `if`
+        self.concurrent: list[tuple[range, range]] = []
         self._thread_vars = thread_vars
         self._func_name = func_name
 
@@ -137,17 +139,17 @@ class _Graph:
     def _build_if(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
         head = self._condition(stmt.condition, stmt, entry, loops, divergent)
         inner = divergent or is_thread_dependent(stmt.condition, self._thread_vars)
-        then_in, else_in = self.new(), self.new()
+        then_in = self.new()
         self.edge(head, then_in)
-        self.edge(head, else_in)
         then_out = self.build(stmt.then_case, then_in, loops, inner)
+        else_in = self.new()
+        self.edge(head, else_in)
         else_out = else_in
         if stmt.else_case is not None:
             else_out = self.build(stmt.else_case, else_in, loops, inner)
-        if inner and not divergent:
+        if inner:
             # threads that took different branches run them concurrently
-            self.edge(then_out, else_in)
-            self.edge(else_out, then_in)
+            self.concurrent.append((range(then_in, else_in), range(else_in, len(self.nodes))))
         exit_node = self.new()
         self.edge(then_out, exit_node)
         self.edge(else_out, exit_node)
@@ -284,6 +286,11 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
                     report(access, later)
             for other in search.reachable_conflicts(node_id, access):
                 report(access, other)
+    for then_ids, else_ids in graph.concurrent:
+        for a in (acc for i in then_ids for acc in graph.nodes[i].accesses):
+            for b in (acc for i in else_ids for acc in graph.nodes[i].accesses):
+                if may_conflict(a, b, thread_extents):
+                    report(a, b)
     return hazards
 
 

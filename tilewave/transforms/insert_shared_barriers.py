@@ -303,10 +303,11 @@ class _Placer:
         if inner and not divergent:
             prefix, state = self.enter_divergent(stmt, state, loops)
         ext = stmt.extent.value if isinstance(stmt.extent, tirx.IntImm) else None
-        body, head, out, count = self.fixpoint(stmt.body, state, inner_loops, inner)
+        repeats = ext is None or ext > 1  # one iteration carries nothing to the next
+        body, head, out, count = self.fixpoint(stmt.body, state, inner_loops, inner, repeats)
         barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, loops), state)
         if barrier is not None and not inner:
-            hoisted = self.fixpoint(stmt.body, hoisted_state, inner_loops, inner)
+            hoisted = self.fixpoint(stmt.body, hoisted_state, inner_loops, inner, repeats)
             if hoisted[3] < count:
                 # one barrier before the loop instead of some inside it
                 prefix.append(barrier)
@@ -315,7 +316,12 @@ class _Placer:
         return [*prefix, new_stmt], (out if ext is not None and ext >= 1 else _merge(head, out))
 
     def fixpoint(
-        self, body: Any, entry: _State, loops: tuple[LoopRange, ...], divergent: bool
+        self,
+        body: Any,
+        entry: _State,
+        loops: tuple[LoopRange, ...],
+        divergent: bool,
+        repeats: bool = True,
     ) -> tuple[Any, _State, _State, int]:
         """Transform a loop body with the state at the loop head joined to a fixed point.
 
@@ -323,9 +329,10 @@ class _Placer:
         number of barriers placed in the body.
         """
         head = entry
-        for _ in range(_MAX_FIXPOINT_ROUNDS):
+        rounds = _MAX_FIXPOINT_ROUNDS if repeats else 1
+        for _ in range(rounds):
             items, out = self.visit(body, head, loops, divergent)
-            joined = _merge(head, out)
+            joined = _merge(head, out) if repeats else head
             if joined == head:
                 new_body = self.sequence(items, body)
                 return new_body, head, out, _barrier_count(new_body) - _barrier_count(body)
