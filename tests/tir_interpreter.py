@@ -336,7 +336,7 @@ class _Root(_Thread):
         threads = []
         for tid in range(extent):
             thread = _Thread(self.block, {**self.env, loop.loop_var: tid})
-            thread.local = self.local
+            thread.local = {buffer: array.copy() for buffer, array in self.local.items()}
             threads.append(thread.run(loop.body))
         _schedule(threads, self.order)
         yield from ()
