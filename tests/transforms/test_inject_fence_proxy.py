@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 import tvm
@@ -737,3 +741,45 @@ def test_cuda_source_fences_the_bulk_store_after_the_barrier():
     wait = _call_line(kernel, "wait_group")
     assert barrier < fence < copy < commit < wait
     assert "fence_proxy" not in _cuda_kernel_source(store_then_bulk_store)
+
+
+# ---------------------------------------------------------------------------------------
+# The H100 example script
+# ---------------------------------------------------------------------------------------
+
+_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fence_proxy_tma_store_h100.py"
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("fence_proxy_tma_store_h100", _EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_example_emit_writes_a_fenced_kernel(tmp_path):
+    _load_example().main(["--emit", str(tmp_path)])
+    launch = json.loads((tmp_path / "launch.json").read_text())
+    fenced = (tmp_path / "fenced.cu").read_text()
+    unfenced = (tmp_path / "unfenced.cu").read_text()
+    definition = fenced.rindex(f"{launch['kernel']}(float")
+    body = fenced[fenced.index("{", definition):]
+    calls = [line.split("(")[0].strip() for line in body.splitlines() if "tvm_builtin_ptx" in line]
+    assert calls == [
+        "tvm_builtin_ptx_fence_proxy_proxy_async_shared__cta",
+        "tvm_builtin_ptx_cp_async_bulk_s2g_async_bulk_global_shared__cta_bulk_group",
+        "tvm_builtin_ptx_cp_async_bulk_commit_group_async_bulk_commit_group",
+        "tvm_builtin_ptx_cp_async_bulk_wait_group_async_bulk_wait_group_read_0",
+    ]
+    assert body.index("__syncthreads()") < body.index("tvm_builtin_ptx_fence_proxy")
+    assert 'asm volatile("fence.proxy.async.shared::cta;"' in fenced
+    assert "fence.proxy.async" not in unfenced and "commit_group" in unfenced
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(shutil.which("nvcc") is None or importlib.util.find_spec("cupy") is None,
+                    reason="needs nvcc and cupy (an NVIDIA sm_90a GPU)")
+def test_example_runs_on_the_gpu(tmp_path):
+    example = _load_example()
+    example.main(["--emit", str(tmp_path)])
+    assert example.main(["--run", str(tmp_path), "--repeats", "5"]) == 0
