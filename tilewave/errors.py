@@ -84,3 +84,11 @@ def _short_text(stmt: object, limit: int = 120) -> str:
 class TargetFeatureError(TilewaveError):
     """An op or option that needs a hardware feature the target lacks (a split barrier on
     gfx942, ``fence.proxy.async`` before sm_90...)."""
+
+
+class RegisterAllocationError(TilewaveError):
+    """The AMDGCN backend ran out of registers of one class (it never spills)."""
+
+
+class AssemblerError(TilewaveError):
+    """LLVM's assembler or linker rejected the AMDGCN backend's output, or is not installed."""

@@ -41,6 +41,9 @@ class TargetInfo:
             (sm_80+), ``"buffer_load_lds"`` (gfx950 gather-to-LDS) or ``None``.
         vgprs, sgprs: architectural register budget per wave (AMD; 0 for NVIDIA).
         vgpr_granule, sgpr_granule: allocation granularity of those registers (AMD).
+        asm_isa: the ISA dialect tilewave's direct assembly backend emits for this target
+            (``"cdna3"``: gfx9 encodings, vmcnt/lgkmcnt, MFMA, packed workitem ids) or None.
+        sgpr_reserved: SGPRs the hardware allocates beyond the kernel's own (VCC, XNACK mask).
         vmem_wait_counter: how a wave waits for its outstanding vector-memory loads (AMD):
             ``"vmcnt"`` (gfx9 ``s_waitcnt vmcnt(n)``) or ``"loadcnt"`` (gfx12
             ``s_wait_loadcnt n``); ``None`` for NVIDIA.
@@ -61,6 +64,8 @@ class TargetInfo:
     vgpr_granule: int = 0
     sgpr_granule: int = 0
     vmem_wait_counter: Literal["vmcnt", "loadcnt"] | None = None
+    asm_isa: Literal["cdna3"] | None = None
+    sgpr_reserved: int = 0
 
     @property
     def is_cuda(self) -> bool:
@@ -114,6 +119,8 @@ _GFX942 = TargetInfo(
     vgpr_granule=8,
     sgpr_granule=8,
     vmem_wait_counter="vmcnt",
+    asm_isa="cdna3",
+    sgpr_reserved=4,  # VCC + XNACK_MASK, counted on top of the kernel's own SGPRs
 )
 _GFX950 = replace(
     _GFX942,

@@ -1,0 +1,742 @@
+"""An instruction-level executor for the AMDGCN subset tilewave's backend emits — a test
+oracle, independent of instruction selection.
+
+It reads the final *assembly text* (not the kernel IR), sets up the registers the way the
+HSA ABI does from the ``.amdhsa_*`` directives (``s[0:1]`` kernarg pointer, then enabled
+workgroup ids; ``v0`` packed workitem ids), and runs each workgroup's waves with per-lane
+VGPRs (64 lanes), SGPRs, EXEC/SCC, LDS and byte-addressed buffer memory behind buffer
+resource descriptors (out-of-range loads read 0, stores are dropped).
+
+Memory operations are *asynchronous* as on the hardware: a load's result lands in its
+registers only when an ``s_waitcnt`` retires it (vmcnt in order; lgkmcnt in order for LDS,
+but a pending scalar load makes only ``lgkmcnt(0)`` trustworthy). Touching a register that
+an unretired load writes raises :class:`SimulationError`, as does reaching ``s_barrier``
+with LDS operations of the wave still pending — so the emitted waitcnts are checked too.
+
+Limits (also in docs/amdgcn.md): no timing and no hazard modelling (``s_nop`` is a no-op),
+waves of a workgroup run one after another between barriers (a schedule the hardware may
+pick, not every schedule), wave64 only, the opcodes listed in ``_VALU``/``_SALU``/the memory
+handlers only, no scratch, no atomics, f16 arithmetic rounded through float32.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LANES = 64
+
+
+class SimulationError(Exception):
+    """The program did something the hardware would not do predictably (or the simulator
+    does not know the instruction)."""
+
+
+@dataclass
+class Inst:
+    opcode: str
+    operands: list[str]
+    mods: dict[str, object]
+    line: str
+
+
+@dataclass
+class Kernel:
+    name: str
+    code: list[Inst]
+    labels: dict[str, int]
+    directives: dict[str, int]
+
+
+_MOD_RE = re.compile(r"\b(offen|lds|offset:(\d+)|vmcnt\((\d+)\)|lgkmcnt\((\d+)\))")
+
+
+def parse(asm: str) -> Kernel:
+    """Parse the kernel body and the ``.amdhsa_kernel`` directives of ``asm``."""
+    name = ""
+    code: list[Inst] = []
+    labels: dict[str, int] = {}
+    directives: dict[str, int] = {}
+    in_body = in_kd = False
+    for raw in asm.splitlines():
+        line = raw.split(";")[0].strip()
+        if not line:
+            continue
+        if line.startswith(".amdhsa_kernel"):
+            in_kd = True
+            continue
+        if line.startswith(".end_amdhsa_kernel"):
+            in_kd = False
+            continue
+        if in_kd:
+            key, value = line.split()
+            directives[key] = int(value, 0)
+            continue
+        if line.startswith(".globl"):
+            name = line.split()[1]
+            continue
+        if line == f"{name}:" and name:
+            in_body = True
+            continue
+        if not in_body:
+            continue
+        if line.startswith(".size"):
+            in_body = False
+            continue
+        if line.endswith(":"):
+            labels[line[:-1]] = len(code)
+            continue
+        opcode, _, rest = line.partition(" ")
+        mods: dict[str, object] = {}
+        for m in _MOD_RE.finditer(rest):
+            tok = m.group(1)
+            if tok.startswith("offset:"):
+                mods["offset"] = int(m.group(2))
+            elif tok.startswith("vmcnt"):
+                mods["vmcnt"] = int(m.group(3))
+            elif tok.startswith("lgkmcnt"):
+                mods["lgkmcnt"] = int(m.group(4))
+            else:
+                mods[tok] = True
+        rest = _MOD_RE.sub("", rest).strip()
+        operands = [o.strip() for o in rest.split(",") if o.strip()]
+        code.append(Inst(opcode, operands, mods, line))
+    return Kernel(name, code, labels, directives)
+
+
+_REG_RE = re.compile(r"^([vs])(?:(\d+)|\[(\d+):(\d+)\])$")
+_INLINE_F = {"0.5": 0.5, "1.0": 1.0, "2.0": 2.0, "4.0": 4.0, "-0.5": -0.5, "-1.0": -1.0,
+             "-2.0": -2.0, "-4.0": -4.0}
+
+
+def _reg(text: str) -> tuple[str, int, int] | None:
+    m = _REG_RE.match(text)
+    if not m:
+        return None
+    if m.group(2) is not None:
+        return m.group(1), int(m.group(2)), 1
+    lo, hi = int(m.group(3)), int(m.group(4))
+    return m.group(1), lo, hi - lo + 1
+
+
+def _f32_bits(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32).view(np.uint32)
+
+
+def _bits_f32(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.uint32).view(np.float32)
+
+
+def _bits_f16(x: np.ndarray) -> np.ndarray:
+    return (np.asarray(x, dtype=np.uint32) & 0xFFFF).astype(np.uint16).view(np.float16)
+
+
+def _f16_bits(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float16).view(np.uint16).astype(np.uint32)
+
+
+@dataclass
+class Pending:
+    counter: str
+    smem: bool
+    units: set[tuple[str, int]]
+    apply: Callable[[], None]
+    what: str
+
+
+@dataclass
+class Wave:
+    index: int
+    sgpr: np.ndarray = field(default_factory=lambda: np.zeros(112, dtype=np.uint32))
+    vgpr: np.ndarray = field(default_factory=lambda: np.zeros((256, LANES), dtype=np.uint32))
+    exec: int = (1 << LANES) - 1
+    scc: int = 0
+    pc: int = 0
+    done: bool = False
+    pending: list[Pending] = field(default_factory=list)
+
+    def exec_mask(self) -> np.ndarray:
+        return np.array([(self.exec >> i) & 1 for i in range(LANES)], dtype=bool)
+
+
+class Memory:
+    """Byte-addressed global memory made of separately allocated buffers."""
+
+    def __init__(self) -> None:
+        self.regions: list[tuple[int, np.ndarray]] = []
+        self.next = 0x10000
+
+    def add(self, data: bytes | np.ndarray) -> int:
+        arr = np.frombuffer(bytes(data), dtype=np.uint8).copy()
+        base = self.next
+        self.regions.append((base, arr))
+        self.next = (base + len(arr) + 0xFFFF) // 0x10000 * 0x10000 + 0x10000
+        return base
+
+    def region(self, addr: int, size: int) -> tuple[np.ndarray, int]:
+        for base, arr in self.regions:
+            if base <= addr and addr + size <= base + len(arr):
+                return arr, addr - base
+        raise SimulationError(f"access to unmapped memory at {addr:#x} (+{size})")
+
+    def read(self, addr: int, size: int) -> bytes:
+        arr, off = self.region(addr, size)
+        return arr[off:off + size].tobytes()
+
+    def write(self, addr: int, data: bytes) -> None:
+        arr, off = self.region(addr, len(data))
+        arr[off:off + len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+
+class Simulator:
+    """Runs one kernel over a grid of workgroups."""
+
+    def __init__(self, asm: str) -> None:
+        self.kernel = parse(asm)
+        self.memory = Memory()
+        self.lds = np.zeros(0, dtype=np.uint8)
+
+    # -- operands ------------------------------------------------------------------------
+    def sval(self, w: Wave, text: str, wide: bool = False) -> int:
+        if text == "exec":
+            return w.exec
+        r = _reg(text)
+        if r is not None:
+            cls, idx, width = r
+            if cls != "s":
+                raise SimulationError(f"scalar operand {text} is a VGPR")
+            self.check_pending(w, [("s", i) for i in range(idx, idx + width)])
+            if wide or width == 2:
+                return int(w.sgpr[idx]) | (int(w.sgpr[idx + 1]) << 32)
+            return int(w.sgpr[idx])
+        if text in _INLINE_F:
+            return struct.unpack("<I", struct.pack("<f", _INLINE_F[text]))[0]
+        value = int(text, 0)
+        return value & ((1 << 64) - 1 if wide else 0xFFFFFFFF)
+
+    def vsrc(self, w: Wave, text: str, kind: str = "b32") -> np.ndarray:
+        """A source operand as 64 uint32 lanes (f16 values in the low 16 bits)."""
+        r = _reg(text)
+        if r is not None and r[0] == "v":
+            self.check_pending(w, [("v", r[1])])
+            return w.vgpr[r[1]].copy()
+        if text in _INLINE_F:
+            value = _INLINE_F[text]
+            bits = (struct.unpack("<H", struct.pack("<e", value))[0] if kind == "f16"
+                    else struct.unpack("<I", struct.pack("<f", value))[0])
+            return np.full(LANES, bits, dtype=np.uint32)
+        return np.full(LANES, self.sval(w, text), dtype=np.uint32)
+
+    def vdst(self, w: Wave, text: str, values: np.ndarray) -> None:
+        r = _reg(text)
+        if r is None or r[0] != "v":
+            raise SimulationError(f"VALU destination {text} is not a VGPR")
+        self.check_pending(w, [("v", r[1])])
+        mask = w.exec_mask()
+        w.vgpr[r[1]][mask] = np.asarray(values, dtype=np.uint32)[mask]
+
+    def sdst(self, w: Wave, text: str, value: int) -> None:
+        if text == "exec":
+            w.exec = value & ((1 << 64) - 1)
+            return
+        r = _reg(text)
+        if r is None or r[0] != "s":
+            raise SimulationError(f"SALU destination {text} is not an SGPR")
+        self.check_pending(w, [("s", i) for i in range(r[1], r[1] + r[2])])
+        for i in range(r[2]):
+            w.sgpr[r[1] + i] = (value >> (32 * i)) & 0xFFFFFFFF
+
+    def check_pending(self, w: Wave, units: list[tuple[str, int]]) -> None:
+        for p in w.pending:
+            hit = p.units.intersection(units)
+            if hit:
+                reg = "".join(f"{c}{i}" for c, i in sorted(hit)[:1])
+                raise SimulationError(
+                    f"wave {w.index} pc {w.pc} `{self.kernel.code[w.pc].line}` touches {reg} "
+                    f"while `{p.what}` that writes it is still outstanding (missing s_waitcnt)"
+                )
+
+    # -- execution -----------------------------------------------------------------------
+    def run(self, args: list[object], grid: tuple[int, int, int]) -> None:
+        """Run the kernel with ``args`` (NumPy arrays are copied to and back from device
+        memory, Python ints/floats are by-value arguments) over ``grid`` workgroups."""
+        d = self.kernel.directives
+        arrays: list[tuple[np.ndarray, int]] = []
+        kernarg = bytearray(max(d.get(".amdhsa_kernarg_size", 0), 8))
+        offset = 0
+        for arg in args:
+            if isinstance(arg, np.ndarray):
+                offset = (offset + 7) // 8 * 8
+                base = self.memory.add(arg.tobytes())
+                arrays.append((arg, base))
+                kernarg[offset:offset + 8] = struct.pack("<Q", base)
+                offset += 8
+            else:
+                offset = (offset + 3) // 4 * 4
+                fmt = "<i" if isinstance(arg, int) else "<f"
+                kernarg[offset:offset + 4] = struct.pack(fmt, arg)
+                offset += 4
+        kernarg_addr = self.memory.add(bytes(kernarg))
+        wg = self.workgroup_size()
+        for gz in range(grid[2]):
+            for gy in range(grid[1]):
+                for gx in range(grid[0]):
+                    self.run_workgroup(kernarg_addr, (gx, gy, gz), wg)
+        for arr, base in arrays:
+            data = self.memory.read(base, arr.nbytes)
+            arr[...] = np.frombuffer(data, dtype=arr.dtype).reshape(arr.shape)
+
+    def workgroup_size(self) -> tuple[int, int, int]:
+        size = getattr(self, "wg_size", None)
+        if size is None:
+            raise SimulationError("set Simulator.wg_size = (x, y, z) before run()")
+        return size
+
+    def run_workgroup(self, kernarg: int, ids: tuple[int, int, int],
+                      wg: tuple[int, int, int]) -> None:
+        d = self.kernel.directives
+        self.lds = np.zeros(d.get(".amdhsa_group_segment_fixed_size", 0) + 16, dtype=np.uint8)
+        threads = [(x, y, z) for z in range(wg[2]) for y in range(wg[1]) for x in range(wg[0])]
+        waves = []
+        for wi in range(0, len(threads), LANES):
+            w = Wave(wi // LANES)
+            chunk = threads[wi:wi + LANES]
+            w.exec = (1 << len(chunk)) - 1
+            for lane, (x, y, z) in enumerate(chunk):
+                w.vgpr[0][lane] = x | (y << 10) | (z << 20)
+            w.sgpr[0] = kernarg & 0xFFFFFFFF
+            w.sgpr[1] = kernarg >> 32
+            s = 2
+            for axis, gid in zip("xyz", ids, strict=True):
+                if d.get(f".amdhsa_system_sgpr_workgroup_id_{axis}", 0):
+                    w.sgpr[s] = gid
+                    s += 1
+            waves.append(w)
+        while not all(w.done for w in waves):
+            at_barrier = []
+            for w in waves:
+                if not w.done:
+                    self.run_wave(w)
+                    if not w.done:
+                        at_barrier.append(w)
+            if at_barrier and len(at_barrier) != len(waves):
+                raise SimulationError("some waves ended while others wait at s_barrier")
+            for w in at_barrier:
+                w.pc += 1
+
+    def run_wave(self, w: Wave, limit: int = 2_000_000) -> None:
+        """Run ``w`` until it ends or reaches ``s_barrier``."""
+        code = self.kernel.code
+        for _ in range(limit):
+            if w.pc >= len(code):
+                raise SimulationError("ran past the end of the kernel without s_endpgm")
+            ins = code[w.pc]
+            op = ins.opcode
+            if op == "s_endpgm":
+                w.done = True
+                return
+            if op == "s_barrier":
+                lds_pending = [p for p in w.pending if (p.counter == "lgkm" and not p.smem)
+                               or ("lds", 0) in p.units]
+                if lds_pending:
+                    raise SimulationError(
+                        f"wave {w.index} reaches s_barrier with `{lds_pending[0].what}` still "
+                        "outstanding: other waves would not see its LDS effect"
+                    )
+                return
+            jump = self.step(w, ins)
+            w.pc = self.kernel.labels[jump] if jump else w.pc + 1
+        raise SimulationError("instruction limit reached (infinite loop?)")
+
+    def step(self, w: Wave, ins: Inst) -> str | None:
+        op = ins.opcode
+        if op in _BRANCH:
+            return ins.operands[0] if _BRANCH[op](w) else None
+        if op == "s_nop":
+            return None
+        if op == "s_waitcnt":
+            self.waitcnt(w, ins.mods)
+            return None
+        handler = _HANDLERS.get(op)
+        if handler is not None:
+            handler(self, w, ins)
+            return None
+        if op in _SALU or op.startswith("s_cmp_") or op == "s_and_saveexec_b64":
+            self.salu(w, ins)
+            return None
+        if op in _VALU or op.startswith("v_cmp_"):
+            self.valu(w, ins)
+            return None
+        raise SimulationError(f"unsupported instruction `{ins.line}`")
+
+    def waitcnt(self, w: Wave, mods: dict[str, object]) -> None:
+        for counter in ("vm", "lgkm"):
+            n = mods.get(f"{counter}cnt")
+            if n is None:
+                continue
+            mine = [p for p in w.pending if p.counter == counter]
+            if counter == "lgkm" and n > 0 and any(p.smem for p in mine):
+                continue  # out-of-order scalar loads: nothing is known to be complete
+            while len(mine) > int(n):
+                p = mine.pop(0)
+                w.pending.remove(p)
+                p.apply()
+
+    # -- scalar ALU ----------------------------------------------------------------------
+    def salu(self, w: Wave, ins: Inst) -> None:
+        op, o = ins.opcode, ins.operands
+        if op.startswith("s_cmp_"):
+            _, _, cond, ty = op.split("_")
+            a, b = self.sval(w, o[0]), self.sval(w, o[1])
+            if ty == "i32":
+                a, b = _signed(a), _signed(b)
+            w.scc = int(_CMPS[cond](a, b))
+            return
+        if op == "s_and_saveexec_b64":
+            old = w.exec
+            self.sdst(w, o[0], old)
+            w.exec = old & self.sval(w, o[1], wide=True)
+            w.scc = int(w.exec != 0)
+            return
+        fn, wide = _SALU[op]
+        srcs = [self.sval(w, t, wide) for t in o[1:]]
+        value = fn(w, *srcs)
+        if op != "s_mov_b32" and op != "s_mov_b64" and op != "s_cselect_b32":
+            w.scc = int(value != 0) if op not in ("s_add_u32", "s_sub_u32", "s_mul_i32") \
+                else w.scc
+        self.sdst(w, o[0], value & ((1 << 64) - 1 if wide else 0xFFFFFFFF))
+
+    # -- vector ALU ----------------------------------------------------------------------
+    def valu(self, w: Wave, ins: Inst) -> None:
+        op, o = ins.opcode, ins.operands
+        if op == "v_readfirstlane_b32":
+            src = self.vsrc(w, o[1])
+            lanes = np.nonzero(w.exec_mask())[0]
+            self.sdst(w, o[0], int(src[lanes[0]]) if len(lanes) else int(src[0]))
+            return
+        if op.startswith("v_cmp_"):
+            _, _, cond, ty, _ = op.split("_")
+            a, b = self.vsrc(w, o[1], ty), self.vsrc(w, o[2], ty)
+            av, bv = _typed(a, ty), _typed(b, ty)
+            result = _CMPS[cond](av, bv) & w.exec_mask()
+            self.sdst(w, o[0], sum(1 << i for i in range(LANES) if result[i]))
+            return
+        if op == "v_cndmask_b32_e64":
+            f, t = self.vsrc(w, o[1]), self.vsrc(w, o[2])
+            mask = self.sval(w, o[3], wide=True)
+            sel = np.array([(mask >> i) & 1 for i in range(LANES)], dtype=bool)
+            self.vdst(w, o[0], np.where(sel, t, f))
+            return
+        kind, fn = _VALU[op]
+        srcs = [self.vsrc(w, t, kind) for t in o[1:]]
+        with np.errstate(over="ignore", invalid="ignore"):
+            self.vdst(w, o[0], fn(*srcs))
+
+    # -- memory --------------------------------------------------------------------------
+    def issue(self, w: Wave, counter: str, units: set[tuple[str, int]],
+              apply: Callable[[], None], what: str, smem: bool = False) -> None:
+        self.check_pending(w, sorted(units))
+        w.pending.append(Pending(counter, smem, units, apply, what))
+
+
+_CMPS: dict[str, Callable] = {
+    "eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _typed(x: np.ndarray, ty: str) -> np.ndarray:
+    if ty == "i32":
+        return x.view(np.int32)
+    if ty == "f32":
+        return _bits_f32(x)
+    if ty == "f16":
+        return _bits_f16(x)
+    return x
+
+
+_BRANCH: dict[str, Callable[[Wave], bool]] = {
+    "s_branch": lambda w: True,
+    "s_cbranch_scc0": lambda w: w.scc == 0,
+    "s_cbranch_scc1": lambda w: w.scc == 1,
+    "s_cbranch_execz": lambda w: w.exec == 0,
+}
+
+_M32 = 0xFFFFFFFF
+_SALU: dict[str, tuple[Callable, bool]] = {
+    "s_mov_b32": (lambda w, a: a, False),
+    "s_mov_b64": (lambda w, a: a, True),
+    "s_add_u32": (lambda w, a, b: a + b, False),
+    "s_sub_u32": (lambda w, a, b: a - b, False),
+    "s_mul_i32": (lambda w, a, b: _signed(a) * _signed(b), False),
+    "s_lshl_b32": (lambda w, a, b: a << (b & 31), False),
+    "s_lshr_b32": (lambda w, a, b: a >> (b & 31), False),
+    "s_ashr_i32": (lambda w, a, b: _signed(a) >> (b & 31), False),
+    "s_and_b32": (lambda w, a, b: a & b, False),
+    "s_or_b32": (lambda w, a, b: a | b, False),
+    "s_xor_b32": (lambda w, a, b: a ^ b, False),
+    "s_min_i32": (lambda w, a, b: min(_signed(a), _signed(b)), False),
+    "s_max_i32": (lambda w, a, b: max(_signed(a), _signed(b)), False),
+    "s_and_b64": (lambda w, a, b: a & b, True),
+    "s_or_b64": (lambda w, a, b: a | b, True),
+    "s_andn2_b64": (lambda w, a, b: a & ~b, True),
+    "s_cselect_b32": (lambda w, a, b: a if w.scc else b, False),
+}
+
+
+def _u(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.uint64)
+
+
+def _i(x: np.ndarray) -> np.ndarray:
+    return x.view(np.int32).astype(np.int64)
+
+
+def _w(x: np.ndarray) -> np.ndarray:
+    return (np.asarray(x).astype(np.int64) & _M32).astype(np.uint32)
+
+
+def _f32op(fn: Callable) -> tuple[str, Callable]:
+    return "f32", lambda *s: _f32_bits(fn(*[_bits_f32(x) for x in s]))
+
+
+def _f16op(fn: Callable) -> tuple[str, Callable]:
+    return "f16", lambda *s: _f16_bits(
+        fn(*[_bits_f16(x).astype(np.float32) for x in s]).astype(np.float16))
+
+
+def _fma(a, b, c):
+    # a fused multiply-add rounds once: compute in float64 and round to the result type
+    return (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)).astype(a.dtype)
+
+
+_VALU: dict[str, tuple[str, Callable]] = {
+    "v_mov_b32": ("b32", lambda a: a),
+    "v_add_u32": ("b32", lambda a, b: _w(_u(a) + _u(b))),
+    "v_sub_u32": ("b32", lambda a, b: _w(_i(a) - _i(b))),
+    "v_subrev_u32": ("b32", lambda a, b: _w(_i(b) - _i(a))),
+    "v_mul_lo_u32": ("b32", lambda a, b: _w(_u(a) * _u(b))),
+    "v_and_b32": ("b32", lambda a, b: a & b),
+    "v_or_b32": ("b32", lambda a, b: a | b),
+    "v_xor_b32": ("b32", lambda a, b: a ^ b),
+    "v_lshlrev_b32": ("b32", lambda s, a: _w(_u(a) << _u(s & 31))),
+    "v_lshrrev_b32": ("b32", lambda s, a: a >> (s & 31)),
+    "v_ashrrev_i32": ("b32", lambda s, a: _w(_i(a) >> _i(s & 31))),
+    "v_lshl_add_u32": ("b32", lambda a, s, b: _w((_u(a) << _u(s & 31)) + _u(b))),
+    "v_lshl_or_b32": ("b32", lambda a, s, b: _w((_u(a) << _u(s & 31)) | _u(b))),
+    "v_add3_u32": ("b32", lambda a, b, c: _w(_u(a) + _u(b) + _u(c))),
+    "v_or3_b32": ("b32", lambda a, b, c: a | b | c),
+    "v_bfe_u32": ("b32", lambda a, o, n: (a >> (o & 31)) & ((1 << (n & 31)) - 1)),
+    "v_min_i32": ("b32", lambda a, b: _w(np.minimum(_i(a), _i(b)))),
+    "v_max_i32": ("b32", lambda a, b: _w(np.maximum(_i(a), _i(b)))),
+    "v_add_f32": _f32op(lambda a, b: a + b),
+    "v_sub_f32": _f32op(lambda a, b: a - b),
+    "v_mul_f32": _f32op(lambda a, b: a * b),
+    "v_max_f32": _f32op(np.maximum),
+    "v_min_f32": _f32op(np.minimum),
+    "v_fma_f32": ("f32", lambda a, b, c: _f32_bits(_fma(_bits_f32(a), _bits_f32(b),
+                                                         _bits_f32(c)))),
+    "v_add_f16": _f16op(lambda a, b: a + b),
+    "v_sub_f16": _f16op(lambda a, b: a - b),
+    "v_mul_f16": _f16op(lambda a, b: a * b),
+    "v_max_f16": _f16op(np.maximum),
+    "v_min_f16": _f16op(np.minimum),
+    "v_fma_f16": ("f16", lambda a, b, c: _f16_bits(_fma(
+        _bits_f16(a).astype(np.float32), _bits_f16(b).astype(np.float32),
+        _bits_f16(c).astype(np.float32)).astype(np.float16))),
+    "v_cvt_f32_f16": ("f16", lambda a: _f32_bits(_bits_f16(a).astype(np.float32))),
+    "v_cvt_f16_f32": ("f32", lambda a: _f16_bits(_bits_f32(a).astype(np.float16))),
+    "v_cvt_f32_i32": ("b32", lambda a: _f32_bits(a.view(np.int32).astype(np.float32))),
+    "v_cvt_i32_f32": ("f32", lambda a: _bits_f32(a).astype(np.int32).view(np.uint32)),
+}
+
+
+# -- memory handlers ---------------------------------------------------------------------
+def _s_load(sim: Simulator, w: Wave, ins: Inst) -> None:
+    dst = _reg(ins.operands[0])
+    assert dst is not None
+    base = sim.sval(w, ins.operands[1], wide=True)
+    offset = sim.sval(w, ins.operands[2])
+    data = sim.memory.read(base + offset, 4 * dst[2])
+    words = struct.unpack(f"<{dst[2]}I", data)
+
+    def apply() -> None:
+        for i, word in enumerate(words):
+            w.sgpr[dst[1] + i] = word
+
+    sim.issue(w, "lgkm", {("s", dst[1] + i) for i in range(dst[2])}, apply, ins.line, smem=True)
+
+
+_BUF_SIZE = {"dword": 4, "dwordx2": 8, "dwordx4": 16, "ushort": 2, "short": 2}
+
+
+def _buffer_addresses(sim: Simulator, w: Wave, ins: Inst, vaddr: str, srsrc: str,
+                      soffset: str) -> tuple[np.ndarray, int, int]:
+    srd = _reg(srsrc)
+    if srd is None or srd[2] != 4:
+        raise SimulationError(f"bad buffer resource {srsrc}")
+    sim.check_pending(w, [("s", srd[1] + i) for i in range(4)])
+    base = int(w.sgpr[srd[1]]) | ((int(w.sgpr[srd[1] + 1]) & 0xFFFF) << 32)
+    num_records = int(w.sgpr[srd[1] + 2])
+    offs = np.zeros(LANES, dtype=np.int64)
+    if ins.mods.get("offen"):
+        offs += sim.vsrc(w, vaddr).astype(np.int64)
+    offs += sim.sval(w, soffset) + int(ins.mods.get("offset", 0))
+    return offs, base, num_records
+
+
+def _buffer_load(sim: Simulator, w: Wave, ins: Inst) -> None:
+    size = _BUF_SIZE[ins.opcode.split("_")[-1]]
+    dst, vaddr, srsrc, soffset = ins.operands
+    offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
+    mask = w.exec_mask()
+    d = _reg(dst)
+    assert d is not None
+    values = np.zeros((max(size // 4, 1), LANES), dtype=np.uint32)
+    for lane in np.nonzero(mask)[0]:
+        off = int(offs[lane])
+        if off + size <= nrec and off >= 0:
+            data = sim.memory.read(base + off, size)
+            if size == 2:
+                values[0][lane] = struct.unpack("<H", data)[0]
+            else:
+                values[:, lane] = struct.unpack(f"<{size // 4}I", data)
+
+    def apply() -> None:
+        for i in range(values.shape[0]):
+            w.vgpr[d[1] + i][mask] = values[i][mask]
+
+    sim.issue(w, "vm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
+
+
+def _buffer_store(sim: Simulator, w: Wave, ins: Inst) -> None:
+    size = _BUF_SIZE[ins.opcode.split("_")[-1]]
+    data_reg, vaddr, srsrc, soffset = ins.operands
+    d = _reg(data_reg)
+    assert d is not None
+    sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
+    offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
+    for lane in np.nonzero(w.exec_mask())[0]:
+        off = int(offs[lane])
+        if off + size <= nrec and off >= 0:
+            if size == 2:
+                payload = struct.pack("<H", int(w.vgpr[d[1]][lane]) & 0xFFFF)
+            else:
+                payload = struct.pack(f"<{size // 4}I",
+                                      *[int(w.vgpr[d[1] + i][lane]) for i in range(size // 4)])
+            sim.memory.write(base + off, payload)
+    sim.issue(w, "vm", set(), lambda: None, ins.line)
+
+
+_DS_SIZE = {"b32": 4, "b64": 8, "b128": 16, "u16": 2, "b16": 2}
+
+
+def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
+    write = ins.opcode.startswith("ds_write")
+    size = _DS_SIZE[ins.opcode.split("_")[-1]]
+    if write:
+        addr_reg, data_reg = ins.operands
+    else:
+        data_reg, addr_reg = ins.operands
+    addr = sim.vsrc(w, addr_reg).astype(np.int64) + int(ins.mods.get("offset", 0))
+    d = _reg(data_reg)
+    assert d is not None
+    mask = w.exec_mask()
+    lanes = np.nonzero(mask)[0]
+    for lane in lanes:
+        if addr[lane] < 0 or addr[lane] + size > len(sim.lds):
+            raise SimulationError(f"`{ins.line}`: LDS address {addr[lane]} out of range")
+    if write:
+        sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
+        words = w.vgpr[d[1]:d[1] + max(size // 4, 1)].copy()
+
+        def apply() -> None:
+            for lane in lanes:
+                a = int(addr[lane])
+                if size == 2:
+                    sim.lds[a:a + 2] = np.frombuffer(
+                        struct.pack("<H", int(words[0][lane]) & 0xFFFF), dtype=np.uint8)
+                else:
+                    raw = struct.pack(f"<{size // 4}I", *[int(x) for x in words[:, lane]])
+                    sim.lds[a:a + size] = np.frombuffer(raw, dtype=np.uint8)
+
+        sim.issue(w, "lgkm", set(), apply, ins.line)
+        return
+    values = np.zeros((max(size // 4, 1), LANES), dtype=np.uint32)
+
+    def apply_read() -> None:
+        for lane in lanes:
+            a = int(addr[lane])
+            raw = sim.lds[a:a + size].tobytes()
+            if size == 2:
+                values[0][lane] = struct.unpack("<H", raw)[0]
+            else:
+                values[:, lane] = struct.unpack(f"<{size // 4}I", raw)
+        for i in range(values.shape[0]):
+            w.vgpr[d[1] + i][mask] = values[i][mask]
+
+    sim.issue(w, "lgkm", {("v", d[1] + i) for i in range(d[2])}, apply_read, ins.line)
+
+
+def _mfma_16x16x16(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """D = A*B + C for 16x16x16 (CDNA3 layout): lane l holds A[l%16][4*(l//16)+j],
+    B[4*(l//16)+j][l%16] (j = 0..3, two halves per VGPR) and D[4*(l//16)+r][l%16]."""
+    dst, a_reg, b_reg, c_reg = ins.operands
+    half = ins.opcode.endswith("bf16")
+    ra, rb, rc, rd = (_reg(x) for x in (a_reg, b_reg, c_reg, dst))
+    assert ra and rb and rc and rd
+
+    def elems(r: tuple[str, int, int]) -> np.ndarray:
+        sim.check_pending(w, [("v", r[1] + i) for i in range(r[2])])
+        words = w.vgpr[r[1]:r[1] + 2]  # 2 VGPRs x 64 lanes, 4 halves per lane
+        halves = np.stack([words[0] & 0xFFFF, words[0] >> 16, words[1] & 0xFFFF,
+                           words[1] >> 16])  # [4, 64]
+        if half:
+            return (halves.astype(np.uint32) << 16).view(np.float32)
+        return halves.astype(np.uint16).view(np.float16).astype(np.float32)
+
+    a, b = elems(ra), elems(rb)
+    sim.check_pending(w, [("v", rc[1] + i) for i in range(4)])
+    c = _bits_f32(w.vgpr[rc[1]:rc[1] + 4].copy())
+    mat_a = np.zeros((16, 16), np.float32)
+    mat_b = np.zeros((16, 16), np.float32)
+    for lane in range(LANES):
+        for j in range(4):
+            k = 4 * (lane // 16) + j
+            mat_a[lane % 16, k] = a[j, lane]
+            mat_b[k, lane % 16] = b[j, lane]
+    prod = mat_a.astype(np.float64) @ mat_b.astype(np.float64)
+    out = np.zeros((4, LANES), np.float32)
+    for lane in range(LANES):
+        for r in range(4):
+            row = 4 * (lane // 16) + r
+            out[r, lane] = np.float32(prod[row, lane % 16] + c[r, lane])
+    sim.check_pending(w, [("v", rd[1] + i) for i in range(4)])
+    w.vgpr[rd[1]:rd[1] + 4] = _f32_bits(out)
+
+
+_HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
+    "s_load_dword": _s_load, "s_load_dwordx2": _s_load, "s_load_dwordx4": _s_load,
+    **{f"buffer_load_{s}": _buffer_load for s in ("dword", "dwordx2", "dwordx4", "ushort")},
+    **{f"buffer_store_{s}": _buffer_store for s in ("dword", "dwordx2", "dwordx4", "short")},
+    **{op: _ds for op in ("ds_read_b32", "ds_read_b64", "ds_read_b128", "ds_read_u16",
+                          "ds_write_b32", "ds_write_b64", "ds_write_b128", "ds_write_b16")},
+    "v_mfma_f32_16x16x16_f16": _mfma_16x16x16, "v_mfma_f32_16x16x16_bf16": _mfma_16x16x16,
+}
+
+
+def simulate(asm: str, args: list[object], grid: tuple[int, int, int],
+             workgroup: tuple[int, int, int]) -> None:
+    """Run ``asm`` on ``args`` (arrays updated in place) over ``grid`` x ``workgroup``."""
+    sim = Simulator(asm)
+    sim.wg_size = workgroup  # type: ignore[attr-defined]
+    sim.run(args, grid)

@@ -1,0 +1,1050 @@
+"""Instruction selection: a device PrimFunc → kernel IR over virtual registers.
+
+The selector walks the TIR once. Each expression becomes a :class:`Value` (an operand and
+its dtype); a value in an SGPR or an immediate is *uniform* (the same in every lane), one
+in a VGPR is per-lane. Uniformity follows the sources: ``blockIdx``, scalar arguments and
+serial-loop counters are uniform (SGPRs), ``threadIdx`` and every buffer load are per-lane
+(VGPRs). An operation whose operands are all uniform runs on the SALU, anything else on
+the VALU — the opcode comes from the small template tables below, never from if-chains.
+
+Memory: global buffers are addressed through buffer resource descriptors (one SRD per
+argument, built from the kernarg pointer); a uniform byte offset goes in ``soffset``, a
+per-lane one in ``vaddr`` (``offen``), constant parts in the instruction's offset field.
+Shared buffers get a static LDS offset; ``ds_*`` instructions fold the constant part of the
+address into their 16-bit offset field. ``T.vectorized`` loops of width 2/4 over 32-bit
+data become ``dwordx2/x4`` (``ds_*_b64/b128``) accesses when the index is provably aligned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tvm import ir, tirx
+
+from tilewave.codegen.amdgcn.isa import op_info
+from tilewave.codegen.amdgcn.kir import (
+    Imm,
+    Instr,
+    KernelArg,
+    Label,
+    Operand,
+    Program,
+    Sub,
+    Sym,
+    VReg,
+    reg_class,
+)
+from tilewave.codegen.amdgcn.known_bits import KnownBits
+from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
+from tilewave.ir.walker import substitute
+from tilewave.targets import TargetInfo
+
+__all__ = ["Value", "select"]
+
+SRD_WORD3 = 0x00020000  # gfx9 buffer descriptor dword 3: DATA_FORMAT = 32 bits
+MAX_BUFFER_OFFSET = 4095  # MUBUF 12-bit unsigned offset field
+MAX_DS_OFFSET = 65535  # DS 16-bit unsigned offset field
+
+_ELEM_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2}
+_INT_TYPES = ("int32", "uint32")
+_FLOAT_TYPES = ("float32", "float16")
+
+# Integer ops: kind -> (SALU opcode, VALU opcode, VALU operands reversed?)
+_INT_OPS: dict[str, tuple[str, str, bool]] = {
+    "add": ("s_add_u32", "v_add_u32", False),
+    "sub": ("s_sub_u32", "v_sub_u32", False),
+    "mul": ("s_mul_i32", "v_mul_lo_u32", False),
+    "and": ("s_and_b32", "v_and_b32", False),
+    "or": ("s_or_b32", "v_or_b32", False),
+    "xor": ("s_xor_b32", "v_xor_b32", False),
+    "shl": ("s_lshl_b32", "v_lshlrev_b32", True),
+    "lshr": ("s_lshr_b32", "v_lshrrev_b32", True),
+    "ashr": ("s_ashr_i32", "v_ashrrev_i32", True),
+    "min": ("s_min_i32", "v_min_i32", False),
+    "max": ("s_max_i32", "v_max_i32", False),
+}
+# Float ops: (kind, dtype) -> VALU opcode (floats always run on the VALU).
+_FLOAT_OPS: dict[tuple[str, str], str] = {
+    (k, t): f"v_{k}_{t.replace('float', 'f')}"
+    for k in ("add", "sub", "mul", "max", "min", "fma")
+    for t in _FLOAT_TYPES
+}
+_CMP = {tirx.LT: "lt", tirx.LE: "le", tirx.GT: "gt", tirx.GE: "ge", tirx.EQ: "eq", tirx.NE: "ne"}
+_SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+_CONVERT = {  # (from, to) -> VALU opcode
+    ("float16", "float32"): "v_cvt_f32_f16",
+    ("float32", "float16"): "v_cvt_f16_f32",
+    ("int32", "float32"): "v_cvt_f32_i32",
+    ("float32", "int32"): "v_cvt_i32_f32",
+}
+_TIR_BINARY = {
+    tirx.Add: "add",
+    tirx.Sub: "sub",
+    tirx.Mul: "mul",
+    tirx.Min: "min",
+    tirx.Max: "max",
+    tirx.FloorDiv: "floordiv",
+    tirx.FloorMod: "floormod",
+}
+_TIR_CALL_BINARY = {
+    "tirx.bitwise_and": "and",
+    "tirx.bitwise_or": "or",
+    "tirx.bitwise_xor": "xor",
+    "tirx.shift_left": "shl",
+    "tirx.shift_right": "ashr",
+}
+_GLOBAL_LOAD = {
+    2: "buffer_load_ushort",
+    4: "buffer_load_dword",
+    8: "buffer_load_dwordx2",
+    16: "buffer_load_dwordx4",
+}
+_GLOBAL_STORE = {
+    2: "buffer_store_short",
+    4: "buffer_store_dword",
+    8: "buffer_store_dwordx2",
+    16: "buffer_store_dwordx4",
+}
+_DS_READ = {2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64", 16: "ds_read_b128"}
+_DS_WRITE = {2: "ds_write_b16", 4: "ds_write_b32", 8: "ds_write_b64", 16: "ds_write_b128"}
+_MFMA = {
+    "llvm.amdgcn.mfma.f32.16x16x16f16": ("v_mfma_f32_16x16x16_f16", "float16"),
+    "llvm.amdgcn.mfma.f32.16x16x16bf16.1k": ("v_mfma_f32_16x16x16_bf16", "bfloat16"),
+}
+
+
+@dataclass(frozen=True)
+class Value:
+    """A selected expression: where it lives and its TIR dtype."""
+
+    op: Operand
+    dtype: str
+
+    @property
+    def uniform(self) -> bool:
+        """Same in every lane: an immediate or an SGPR."""
+        return reg_class(self.op) != "v"
+
+
+@dataclass
+class _Buffer:
+    scope: str
+    dtype: str
+    shape: tuple[int, ...]
+    srd: VReg | None = None  # global
+    lds_offset: int = 0  # shared
+    regs: list[VReg] | None = None  # local
+
+    @property
+    def elem_bytes(self) -> int:
+        return _ELEM_BYTES[self.dtype]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and v & (v - 1) == 0
+
+
+def _const(expr: object) -> int | None:
+    return expr.value if isinstance(expr, tirx.IntImm) else None
+
+
+def split_constant(expr: object) -> tuple[object | None, int]:
+    """Split an integer expression into (non-constant part or None, constant addend)."""
+    if isinstance(expr, tirx.IntImm):
+        return None, expr.value
+    if isinstance(expr, tirx.Add):
+        ra, ca = split_constant(expr.a)
+        rb, cb = split_constant(expr.b)
+        if ra is None:
+            return rb, ca + cb
+        if rb is None:
+            return ra, ca + cb
+        return tirx.Add(ra, rb), ca + cb
+    if isinstance(expr, tirx.Sub) and isinstance(expr.b, tirx.IntImm):
+        ra, ca = split_constant(expr.a)
+        return ra, ca - expr.b.value
+    return expr, 0
+
+
+class _Selector:
+    def __init__(self, func: tirx.PrimFunc, info: TargetInfo) -> None:
+        self.func = func
+        self.info = info
+        name = (
+            func.attrs["global_symbol"]
+            if func.attrs and "global_symbol" in func.attrs
+            else "kernel"
+        )
+        self.name = str(name)
+        self.prog = Program(self.name)
+        self.env: dict[object, Value] = {}
+        self.buffers: dict[object, _Buffer] = {}
+        self.bits = KnownBits()
+        self.labels = itertools.count()
+        self.kernarg = VReg("s", 2, 2, fixed=0, name="kernarg")
+        self.wg_ids: dict[str, VReg] = {}
+        self.tid: VReg | None = None
+        self.workgroup = [1, 1, 1]
+        self.lane: tuple[object, int] | None = None
+        self.stmt: object = None
+        self.pointers: dict[object, int] = {}  # handle parameter -> kernarg offset
+
+    # -- emission helpers -------------------------------------------------------------
+    def emit(
+        self,
+        opcode: str,
+        defs: Sequence[Operand] = (),
+        uses: Sequence[Operand] = (),
+        mods: str = "",
+        target: str | None = None,
+        comment: str = "",
+    ) -> None:
+        self.prog.body.append(Instr(opcode, list(defs), list(uses), mods, target, comment))
+
+    def label(self, stem: str) -> str:
+        return f".L{self.name}_{stem}{next(self.labels)}"
+
+    def error(self, message: str, fix: str) -> MalformedKernelError:
+        return MalformedKernelError(
+            f"AMDGCN backend {where(self.name, self.stmt)}: {message}. {fix}"
+        )
+
+    def vreg(self, cls: str = "v", width: int = 1, align: int = 1) -> VReg:
+        return VReg(cls, width, align)  # type: ignore[arg-type]
+
+    def to_vgpr(self, op: Operand) -> Operand:
+        if reg_class(op) == "v":
+            return op
+        out = self.vreg("v")
+        self.emit("v_mov_b32", [out], [op])
+        return out
+
+    def to_sgpr(self, op: Operand) -> Operand:
+        if reg_class(op) == "s":
+            return op
+        if reg_class(op) == "v":
+            raise self.error(
+                "a per-thread value is used where a uniform one is needed",
+                "Make loop bounds and branch conditions of loops uniform.",
+            )
+        out = self.vreg("s")
+        self.emit("s_mov_b32", [out], [op])
+        return out
+
+    def legal_valu(self, opcode: str, srcs: list[Operand]) -> list[Operand]:
+        """Make ``srcs`` encodable: VOP2 src1 in a VGPR, literals only in VOP1/VOP2 src0,
+        at most one SGPR-or-literal (the gfx9 constant bus)."""
+        info = op_info(opcode)
+        srcs = list(srcs)
+        if (
+            info.encoding == "vop2"
+            and info.commutes
+            and reg_class(srcs[1]) != "v"
+            and reg_class(srcs[0]) == "v"
+        ):
+            srcs[0], srcs[1] = srcs[1], srcs[0]
+        bus_used = False
+        out = []
+        for i, op in enumerate(srcs):
+            literal = isinstance(op, Imm) and not op.is_inline
+            scalar = reg_class(op) == "s" or literal
+            if isinstance(op, Imm) and op.is_inline:
+                out.append(op)
+                continue
+            need_vgpr = (
+                (info.encoding == "vop2" and i == 1 and reg_class(op) != "v")
+                or (literal and (info.encoding == "vop3" or i != 0))
+                or (scalar and bus_used)
+            )
+            if need_vgpr:
+                op = self.to_vgpr(op)
+            elif scalar:
+                bus_used = True
+            out.append(op)
+        return out
+
+    def valu(self, opcode: str, srcs: list[Operand], dst: VReg | None = None) -> VReg:
+        out = dst or self.vreg("v")
+        self.emit(opcode, [out], self.legal_valu(opcode, srcs))
+        return out
+
+    # -- prologue ------------------------------------------------------------------------
+    def prologue(self) -> None:
+        offset = 0
+        for param in self.func.params:
+            ty = param.ty
+            if isinstance(ty, tirx.buffer.BufferType):
+                offset = (offset + 7) // 8 * 8
+                buf = _Buffer("global", str(ty.dtype), tuple(int(d) for d in ty.shape))
+                self._check_dtype(buf.dtype, param)
+                buf.srd = VReg("s", 4, 4, name=f"srd_{param.name}")
+                self.emit(
+                    "s_load_dwordx2",
+                    [Sub(buf.srd, 0, 2)],
+                    [self.kernarg, Imm.of_int(offset)],
+                    comment=f"{param.name}: base address",
+                )
+                self.emit(
+                    "s_mov_b32",
+                    [Sub(buf.srd, 2)],
+                    [Imm.of_int(buf.numel * buf.elem_bytes)],
+                    comment="num_records (bytes)",
+                )
+                self.emit("s_mov_b32", [Sub(buf.srd, 3)], [Imm.of_int(SRD_WORD3)])
+                self.buffers[param] = buf
+                self.prog.args.append(KernelArg(param.name, offset, 8, "global_buffer"))
+                offset += 8
+            elif isinstance(ty, ir.PointerType):
+                offset = (offset + 7) // 8 * 8
+                self.pointers[param] = offset
+                self.prog.args.append(KernelArg(param.name, offset, 8, "global_buffer"))
+                offset += 8
+            else:
+                dtype = str(ty)
+                if dtype not in ("int32", "float32"):
+                    raise self.error(
+                        f"scalar argument '{param.name}' has type {dtype}",
+                        "Pass int32 or float32 scalars.",
+                    )
+                offset = (offset + 3) // 4 * 4
+                reg = VReg("s", name=param.name)
+                self.emit(
+                    "s_load_dword",
+                    [reg],
+                    [self.kernarg, Imm.of_int(offset)],
+                    comment=f"{param.name}",
+                )
+                self.env[param] = Value(reg, dtype)
+                self.prog.args.append(KernelArg(param.name, offset, 4, "by_value"))
+                offset += 4
+
+    def global_buffer(self, var: object, ty: object, kernarg_offset: int) -> _Buffer:
+        """A global buffer with its SRD built from the pointer at ``kernarg_offset``."""
+        buf = _Buffer("global", str(ty.dtype), tuple(int(d) for d in ty.shape))
+        self._check_dtype(buf.dtype, var.name)
+        buf.srd = VReg("s", 4, 4, name=f"srd_{var.name}")
+        self.emit("s_load_dwordx2", [Sub(buf.srd, 0, 2)],
+                  [self.kernarg, Imm.of_int(kernarg_offset)], comment=f"{var.name}: base address")
+        self.emit("s_mov_b32", [Sub(buf.srd, 2)], [Imm.of_int(buf.numel * buf.elem_bytes)],
+                  comment="num_records (bytes)")
+        self.emit("s_mov_b32", [Sub(buf.srd, 3)], [Imm.of_int(SRD_WORD3)])
+        return buf
+
+    def _check_dtype(self, dtype: str, what: object) -> None:
+        if dtype not in _ELEM_BYTES:
+            raise self.error(
+                f"buffer {what} has dtype {dtype}",
+                "The AMDGCN backend handles float32, float16, bfloat16 and int32.",
+            )
+
+    def scan_launch(self) -> None:
+        tags: dict[str, int] = {}
+
+        def visit(node: object) -> None:
+            if isinstance(node, tirx.For) and node.thread_binding is not None:
+                tags[str(node.thread_binding.thread_tag)] = int(node.extent)
+            if isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
+                tags[str(node.node.thread_tag)] = int(node.value)
+
+        from tilewave.ir.walker import post_order_visit
+
+        post_order_visit(self.func.body, visit)
+        sgpr = 2  # after the kernarg pointer s[0:1]
+        for axis in "xyz":
+            if f"blockIdx.{axis}" in tags:
+                self.wg_ids[axis] = VReg("s", fixed=sgpr, name=f"wg_id_{axis}")
+                sgpr += 1
+        for i, axis in enumerate("xyz"):
+            self.workgroup[i] = tags.get(f"threadIdx.{axis}", 1)
+        dims = max((i for i, axis in enumerate("xyz") if f"threadIdx.{axis}" in tags), default=0)
+        self.prog.workgroup_ids = tuple(a in self.wg_ids for a in "xyz")  # type: ignore[assignment]
+        self.prog.workgroup_size = tuple(self.workgroup)  # type: ignore[assignment]
+        self.prog.workitem_dims = dims
+        if any(f"threadIdx.{a}" in tags for a in "xyz"):
+            self.tid = VReg("v", fixed=0, name="workitem_id")
+        total = self.workgroup[0] * self.workgroup[1] * self.workgroup[2]
+        if total > self.info.max_threads_per_block:
+            raise self.error(
+                f"workgroup of {total} threads",
+                f"{self.info.name} allows at most {self.info.max_threads_per_block}.",
+            )
+
+    def bind_thread(self, var: object, tag: str, extent: int) -> None:
+        if var in self.env:
+            return  # a second launch_thread of the same axis
+        self.bits.bind(var, 0, extent - 1)
+        kind, axis = tag.split(".")
+        if kind == "blockIdx":
+            self.env[var] = Value(self.wg_ids[axis], "int32")
+            return
+        if kind != "threadIdx":
+            raise self.error(f"thread binding '{tag}'", "Use blockIdx.* / threadIdx.* bindings.")
+        index = "xyz".index(axis)
+        assert self.tid is not None
+        if self.prog.workitem_dims == 0:
+            self.env[var] = Value(self.tid, "int32")
+            return
+        # CDNA3 packs the workitem ids into v0: x in bits 0-9, y in 10-19, z in 20-29.
+        out = self.valu("v_bfe_u32", [self.tid, Imm.of_int(10 * index), Imm.of_int(10)])
+        self.env[var] = Value(out, "int32")
+
+    # -- statements ----------------------------------------------------------------------
+    def stmt_(self, node: object) -> None:
+        handler: Callable[[object], None] | None = getattr(self, f"s_{type(node).__name__}", None)
+        if handler is None:
+            self.stmt = node
+            raise self.error(
+                f"statement kind {type(node).__name__} is not supported",
+                "Lower it first or rewrite the kernel without it.",
+            )
+        prev = self.stmt
+        if not isinstance(node, tirx.SeqStmt):
+            self.stmt = node
+        handler(node)
+        self.stmt = prev
+
+    def s_SeqStmt(self, node: tirx.SeqStmt) -> None:
+        for child in node.seq:
+            self.stmt_(child)
+
+    def s_AttrStmt(self, node: tirx.AttrStmt) -> None:
+        if str(node.attr_key) == "thread_extent":
+            self.bind_thread(node.node.var, str(node.node.thread_tag), int(node.value))
+        self.stmt_(node.body)
+
+    def s_DeclBuffer(self, node: object) -> None:
+        data = node.data
+        if data is not None and data in self.pointers:
+            self.buffers[node.buffer] = self.global_buffer(node.buffer, node.buffer.ty,
+                                                           self.pointers[data])
+            return
+        raise self.error(f"buffer declaration '{node.buffer.name}' over {data}",
+                         "Declare buffers over the kernel's pointer arguments only.")
+
+    def s_Bind(self, node: object) -> None:
+        value = self.expr(node.value)
+        if isinstance(value.op, VReg) and any(
+            value.op in (b.regs or []) for b in self.buffers.values()
+        ):
+            value = Value(self.valu("v_mov_b32", [value.op]), value.dtype)
+        self.env[node.var] = value
+
+    def s_AllocBuffer(self, node: object) -> None:
+        var = node.buffer
+        ty = var.ty
+        dtype = str(ty.dtype)
+        self._check_dtype(dtype, var.name)
+        buf = _Buffer(str(ty.storage_scope), dtype, tuple(int(d) for d in ty.shape))
+        if buf.scope.startswith("shared"):
+            buf.lds_offset = (self.prog.lds_bytes + 15) // 16 * 16
+            self.prog.lds_bytes = buf.lds_offset + buf.numel * buf.elem_bytes
+            if self.prog.lds_bytes > self.info.shared_memory_bytes:
+                raise SharedMemoryLimitError(
+                    f"AMDGCN backend {where(self.name, node)}: {self.prog.lds_bytes} bytes of "
+                    f"LDS exceed {self.info.name}'s {self.info.shared_memory_bytes}; "
+                    "use smaller shared tiles."
+                )
+        elif buf.scope == "local":
+            if buf.numel > 256:
+                raise self.error(
+                    f"local buffer '{var.name}' has {buf.numel} elements",
+                    "Local buffers live in VGPRs; keep them at most 256 elements.",
+                )
+            buf.regs = [self.vreg("v") for _ in range(buf.numel)]
+        else:
+            raise self.error(
+                f"buffer '{var.name}' has scope {buf.scope}",
+                "Allocate 'shared' or 'local' buffers inside the kernel.",
+            )
+        self.buffers[var] = buf
+
+    def s_For(self, node: tirx.For) -> None:
+        if node.thread_binding is not None:
+            self.bind_thread(node.loop_var, str(node.thread_binding.thread_tag), int(node.extent))
+            self.stmt_(node.body)
+            return
+        kind = int(node.kind)
+        if kind == int(tirx.ForKind.VECTORIZED):
+            self.vector_loop(node)
+            return
+        if kind == int(tirx.ForKind.PARALLEL):
+            raise self.error("a parallel loop inside a kernel", "Bind it to threadIdx instead.")
+        if node.step is not None and _const(node.step) != 1:
+            raise self.error("a loop with a step other than 1", "Normalise the loop first.")
+        lo, ext = _const(node.min), _const(node.extent)
+        if lo is not None and ext is not None:
+            self.bits.bind(node.loop_var, lo, lo + ext - 1)
+            if ext <= 0:
+                return
+        start = self.expr(node.min)
+        count = self.expr(node.extent)
+        if not (start.uniform and count.uniform):
+            raise self.error(
+                "a loop whose bounds differ between threads",
+                "Make the loop bounds uniform (they set an SGPR counter).",
+            )
+        counter = self.vreg("s")
+        self.emit("s_mov_b32", [counter], [start.op], comment=f"loop {node.loop_var.name}")
+        end = self.sbinop("add", start, count).op
+        head, done = self.label("loop"), self.label("loop_end")
+        if ext is None:  # unknown trip count: skip the body when it is empty
+            self.emit("s_cmp_ge_i32", [], [counter, end])
+            self.emit("s_cbranch_scc1", target=done)
+        self.prog.body.append(Label(head))
+        self.env[node.loop_var] = Value(counter, "int32")
+        self.stmt_(node.body)
+        self.emit("s_add_u32", [counter], [counter, Imm.of_int(1)])
+        self.emit("s_cmp_lt_i32", [], [counter, end])
+        self.emit("s_cbranch_scc1", target=head)
+        self.prog.body.append(Label(done))
+
+    def s_IfThenElse(self, node: tirx.IfThenElse) -> None:
+        cond = node.condition
+        if isinstance(cond, tuple(_CMP)) and self.expr_is_uniform(cond):
+            else_l, end_l = self.label("else"), self.label("endif")
+            self.scalar_compare(cond, negate=True)
+            self.emit("s_cbranch_scc1", target=else_l)
+            self.stmt_(node.then_case)
+            if node.else_case is not None:
+                self.emit("s_branch", target=end_l)
+            self.prog.body.append(Label(else_l))
+            if node.else_case is not None:
+                self.stmt_(node.else_case)
+                self.prog.body.append(Label(end_l))
+            return
+        mask = self.lane_mask(cond)
+        saved = self.vreg("s", 2, 2)
+        else_l, end_l = self.label("else"), self.label("endif")
+        self.emit("s_and_saveexec_b64", [saved], [mask], comment="divergent if")
+        self.emit("s_cbranch_execz", target=else_l)
+        self.stmt_(node.then_case)
+        self.prog.body.append(Label(else_l))
+        if node.else_case is not None:
+            self.emit("s_andn2_b64", [Sym("exec")], [saved, Sym("exec")])
+            self.emit("s_cbranch_execz", target=end_l)
+            self.stmt_(node.else_case)
+            self.prog.body.append(Label(end_l))
+        self.emit("s_or_b64", [Sym("exec")], [Sym("exec"), saved])
+
+    def s_Evaluate(self, node: tirx.Evaluate) -> None:
+        call = node.value
+        if not isinstance(call, ir.expr.Call) or not isinstance(call.op, ir.Op):
+            raise self.error(
+                "an expression statement that is not an op call",
+                "Only barriers and tilewave ops may stand alone.",
+            )
+        name = str(call.op.name)
+        if name == "tirx.tvm_storage_sync":
+            scope = str(call.args[0].value)
+            if scope == "warp":
+                return  # a wave executes in lockstep: nothing to wait for
+            if not scope.startswith("shared"):
+                raise self.error(
+                    f"tvm_storage_sync('{scope}')",
+                    "Only 'shared' (and 'warp') syncs map to s_barrier.",
+                )
+            self.emit("s_barrier")
+        elif name == "tilewave.lds_barrier":
+            self.emit("s_barrier")
+        elif name in ("tilewave.barrier_signal", "tilewave.barrier_wait"):
+            raise TargetFeatureError(
+                f"AMDGCN backend {where(self.name, node)}: {name} needs a split barrier, which "
+                f"{self.info.name} does not have; lower barriers with the 'basic' style."
+            )
+        elif name == "tilewave.wait_async_ops":
+            count = _const(call.args[0])
+            if count is None or not 0 <= count <= 63:
+                raise self.error(
+                    "wait_async_ops needs a constant count in [0, 63]", "Pass an integer literal."
+                )
+            self.emit("s_waitcnt", mods=f"vmcnt({count})", comment="wait_async_ops")
+        elif name == "tilewave.fence_proxy_async":
+            return  # AMD has a single memory proxy: nothing to order
+        elif name == "tirx.call_llvm_intrin":
+            self.llvm_statement(call)
+        else:
+            raise self.error(
+                f"op {name} as a statement is not supported", "Use tilewave barrier ops or stores."
+            )
+
+    def llvm_statement(self, call: ir.expr.Call) -> None:
+        """The intrinsics tilewave's ROCm op lowering produces (``LowerTilewaveOps``)."""
+        name = _intrin_name(call)
+        if name == "llvm.amdgcn.s.barrier":
+            self.emit("s_barrier")
+        elif name == "llvm.amdgcn.s.waitcnt" and _const(call.args[-1]) is not None:
+            self.emit("s_waitcnt", mods=_decode_waitcnt(_const(call.args[-1])),
+                      comment="wait_async_ops")
+        else:
+            raise self.error(f"LLVM intrinsic {name} as a statement",
+                             "The AMDGCN backend knows llvm.amdgcn.s.barrier and s.waitcnt.")
+
+    def s_BufferStore(self, node: tirx.BufferStore) -> None:
+        buf = self.buffer(node.buffer)
+        value = self.expr(node.value, hint=self.local_slot(buf, node.indices))
+        self.store(buf, node.buffer, node.indices, value)
+
+    # -- vector loops ----------------------------------------------------------------------
+    def vector_loop(self, node: tirx.For) -> None:
+        width = _const(node.extent)
+        body = node.body
+        var = node.loop_var
+        if width not in (2, 4) or _const(node.min) != 0 or not isinstance(body, tirx.BufferStore):
+            raise self.error(
+                "a vectorized loop that is not `for v in T.vectorized(2|4): B[..] = ...`",
+                "Vectorize one store of width 2 or 4.",
+            )
+        self.bits.bind(var, 0, width - 1)
+        buf = self.buffer(body.buffer)
+        lanes = self.vexpr(body.value, var, width)
+        base = self.vector_base(buf, body.indices, var, width)
+        if base is None or buf.scope == "local":
+            for i in range(width):
+                idx = [substitute(x, {var: tirx.IntImm("int32", i)}) for x in body.indices]
+                self.store(buf, body.buffer, idx, lanes[i])
+            return
+        first = lanes[0].op
+        if (
+            isinstance(first, Sub)
+            and first.width == 1
+            and first.reg.width == width
+            and all(
+                isinstance(v.op, Sub) and v.op.reg is first.reg and v.op.index == i
+                for i, v in enumerate(lanes)
+            )
+        ):
+            data: Operand = first.reg
+        else:
+            data = VReg("v", width, 2)
+            for i, v in enumerate(lanes):
+                self.emit("v_mov_b32", [Sub(data, i)], [v.op])
+        self.memory_op(buf, body.buffer, base, data, width * buf.elem_bytes, store=True)
+
+    def vector_base(self, buf: _Buffer, indices: object, var: object, width: int) -> object | None:
+        """The flat index at lane 0 if lanes are contiguous and aligned, else None."""
+        if buf.elem_bytes != 4:
+            return None
+        flat = self.flat_index(buf, indices)
+        base = substitute(flat, {var: tirx.IntImm("int32", 0)})
+        step = substitute(flat, {var: tirx.IntImm("int32", 1)})
+        diff_rest, diff_const = split_constant(tirx.Sub(step, base))
+        rest_a, const_a = split_constant(step)
+        rest_b, const_b = split_constant(base)
+        if (rest_a is None) != (rest_b is None) or const_a - const_b != 1:
+            return None
+        if (
+            rest_a is not None
+            and not rest_a.same_as(rest_b)
+            and not ir.structural_equal(rest_a, rest_b)
+        ):
+            return None
+        del diff_rest, diff_const
+        if self.bits.facts(base).tz < width.bit_length() - 1:
+            return None
+        if buf.scope != "global" and buf.lds_offset % (width * 4):
+            return None
+        return base
+
+    def vexpr(self, expr: object, var: object, width: int) -> list[Value]:
+        if isinstance(expr, ir.expr.TensorLoad):
+            buf = self.buffer(expr.source)
+            base = self.vector_base(buf, expr.indices, var, width)
+            if base is not None and buf.scope != "local":
+                reg = VReg("v", width, 2)
+                self.memory_op(buf, expr.source, base, reg, width * 4, store=False)
+                return [Value(Sub(reg, i), buf.dtype) for i in range(width)]
+        plan = self.plan(expr)
+        if plan is None:
+            return [
+                self.expr(substitute(expr, {var: tirx.IntImm("int32", i)})) for i in range(width)
+            ]
+        kind, children, dtype = plan
+        lanes = [self.vexpr(c, var, width) for c in children]
+        return [self.apply(kind, [lv[i] for lv in lanes], dtype) for i in range(width)]
+
+    # -- expressions ---------------------------------------------------------------------
+    def expr_is_uniform(self, expr: object) -> bool:
+        uniform = True
+
+        def visit(node: object) -> None:
+            nonlocal uniform
+            if isinstance(node, ir.expr.Var) and node in self.env and not self.env[node].uniform:
+                uniform = False
+            if isinstance(node, ir.expr.TensorLoad):
+                uniform = False
+
+        from tilewave.ir.walker import post_order_visit
+
+        post_order_visit(expr, visit)
+        return uniform
+
+    def plan(self, expr: object) -> tuple[str, list[object], str] | None:
+        """How to compute ``expr``: (operation kind, operand expressions, result dtype)."""
+        dtype = str(expr.ty) if hasattr(expr, "ty") else ""
+        cls = type(expr)
+        if cls in _TIR_BINARY:
+            kind = _TIR_BINARY[cls]
+            a, b = expr.a, expr.b
+            if dtype in _FLOAT_TYPES and kind == "add":
+                for mul, other in ((a, b), (b, a)):
+                    if isinstance(mul, tirx.Mul):  # contract a*b+c into one FMA
+                        return "fma", [mul.a, mul.b, other], dtype
+            if kind == "add" and dtype in _INT_TYPES:
+                if self.bits.disjoint(a, b) or self.bits.disjoint(b, a):
+                    return "or", [a, b], dtype
+            return kind, [a, b], dtype
+        if isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op):
+            name = str(expr.op.name)
+            if name in _TIR_CALL_BINARY:
+                return _TIR_CALL_BINARY[name], list(expr.args), dtype
+            if name == "tirx.fma":
+                return "fma", list(expr.args), dtype
+        if isinstance(expr, tirx.Cast):
+            return "cast", [expr.value], dtype
+        return None
+
+    def expr(self, expr: object, hint: VReg | None = None) -> Value:
+        if isinstance(expr, tirx.IntImm):
+            return Value(Imm.of_int(expr.value), str(expr.ty))
+        if isinstance(expr, tirx.FloatImm):
+            return Value(Imm.of_float(expr.value, str(expr.ty)), str(expr.ty))
+        if isinstance(expr, ir.expr.Var):
+            if self.lane is not None and expr.same_as(self.lane[0]):
+                return Value(Imm.of_int(self.lane[1]), "int32")
+            if expr not in self.env:
+                raise self.error(
+                    f"variable '{expr.name}' has no value here",
+                    "Bind it with a loop, a thread binding or a let.",
+                )
+            return self.env[expr]
+        if isinstance(expr, ir.expr.TensorLoad):
+            buf = self.buffer(expr.source)
+            return self.load(buf, expr.source, expr.indices)
+        if (
+            isinstance(expr, ir.expr.Call)
+            and isinstance(expr.op, ir.Op)
+            and str(expr.op.name) == "tirx.call_llvm_pure_intrin"
+        ):
+            return self.llvm_intrin(expr, hint)
+        plan = self.plan(expr)
+        if plan is None:
+            raise self.error(
+                f"expression kind {type(expr).__name__} is not supported",
+                "Rewrite it with +, -, *, //, %, min, max, casts or loads.",
+            )
+        kind, children, dtype = plan
+        return self.apply(kind, [self.expr(c) for c in children], dtype, hint)
+
+    def apply(self, kind: str, args: list[Value], dtype: str, hint: VReg | None = None) -> Value:
+        if kind == "cast":
+            return self.cast(args[0], dtype, hint)
+        if dtype in _FLOAT_TYPES:
+            if kind in ("floordiv", "floormod"):
+                raise self.error("float division", "Multiply by a reciprocal instead.")
+            opcode = _FLOAT_OPS[(kind, dtype)]
+            if dtype == "float16":
+                args = [Value(self.f16_operand(a.op), a.dtype) for a in args]
+            return Value(self.valu(opcode, [a.op for a in args], hint), dtype)
+        if dtype not in _INT_TYPES and dtype != "bool":
+            raise self.error(f"integer op on dtype {dtype}", "Use int32 index arithmetic.")
+        a, b = args
+        if isinstance(a.op, Imm) and isinstance(b.op, Imm):
+            return self.into(Value(Imm.of_int(_fold(kind, a.op.signed, b.op.signed)), dtype), hint)
+        kind, a, b = self.strength_reduce(kind, a, b)
+        if a.uniform and b.uniform:
+            return self.into(self.sbinop(kind, a, b), hint)
+        _, vop, reverse = _INT_OPS[kind]
+        srcs = [b.op, a.op] if reverse else [a.op, b.op]
+        return Value(self.valu(vop, srcs, hint), dtype)
+
+    def strength_reduce(self, kind: str, a: Value, b: Value) -> tuple[str, Value, Value]:
+        """Powers of two: multiply → shift, floordiv → arithmetic shift, floormod → mask."""
+        if kind == "mul" and isinstance(a.op, Imm):
+            a, b = b, a
+        c = b.op.signed if isinstance(b.op, Imm) else None
+        if kind in ("floordiv", "floormod"):
+            if c is None or c <= 0:
+                raise self.error(
+                    f"{kind} by a non-constant or non-positive divisor",
+                    "Divide only by positive constants (powers of two).",
+                )
+            if not _is_pow2(c):
+                raise self.error(
+                    f"{kind} by {c}, which is not a power of two",
+                    "The backend has no general integer division; use a "
+                    "power-of-two divisor or precompute the quotient.",
+                )
+            if kind == "floordiv":
+                return "ashr", a, Value(Imm.of_int(c.bit_length() - 1), "int32")
+            return "and", a, Value(Imm.of_int(c - 1), "int32")
+        if kind == "mul" and c is not None and _is_pow2(c):
+            return "shl", a, Value(Imm.of_int(c.bit_length() - 1), "int32")
+        return kind, a, b
+
+    def sbinop(self, kind: str, a: Value, b: Value) -> Value:
+        if isinstance(a.op, Imm) and isinstance(b.op, Imm):
+            return Value(Imm.of_int(_fold(kind, a.op.signed, b.op.signed)), a.dtype)
+        if kind == "add" and isinstance(b.op, Imm) and b.op.bits == 0:
+            return a
+        sop = _INT_OPS[kind][0]
+        out = self.vreg("s")
+        self.emit(sop, [out], [a.op, b.op])
+        return Value(out, a.dtype)
+
+    def into(self, value: Value, hint: VReg | None) -> Value:
+        if hint is None:
+            return value
+        self.emit("v_mov_b32", [hint], [value.op])
+        return Value(hint, value.dtype)
+
+    def f16_operand(self, op: Operand) -> Operand:
+        # f16 VALU ops take 16-bit literals awkwardly on gfx9: materialise non-inline ones.
+        if isinstance(op, Imm) and not op.is_inline:
+            return self.to_vgpr(op)
+        return op
+
+    def cast(self, value: Value, dtype: str, hint: VReg | None) -> Value:
+        if value.dtype == dtype or (value.dtype in _INT_TYPES and dtype in _INT_TYPES):
+            return self.into(Value(value.op, dtype), hint)
+        if isinstance(value.op, Imm) and value.dtype in _INT_TYPES and dtype in _FLOAT_TYPES:
+            return self.into(Value(Imm.of_float(float(value.op.signed), dtype), dtype), hint)
+        opcode = _CONVERT.get((value.dtype, dtype))
+        if opcode is None:
+            raise self.error(
+                f"cast from {value.dtype} to {dtype}", "Supported casts: f16<->f32, i32<->f32."
+            )
+        return Value(self.valu(opcode, [value.op], hint), dtype)
+
+    def scalar_compare(self, cond: object, negate: bool) -> None:
+        cmp = _CMP[type(cond)]
+        if negate:
+            cmp = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}[cmp]
+        a, b = self.expr(cond.a), self.expr(cond.b)
+        if str(cond.a.ty) not in _INT_TYPES:
+            raise self.error("a uniform float comparison", "Compare integers in branches.")
+        if isinstance(a.op, Imm) and not isinstance(b.op, Imm):
+            a, b, cmp = b, a, _SWAPPED[cmp]
+        self.emit(f"s_cmp_{cmp.replace('ne', 'lg')}_i32", [], [self.to_sgpr(a.op), b.op])
+
+    def lane_mask(self, cond: object) -> VReg:
+        """A 64-bit lane mask (SGPR pair) that holds ``cond`` per lane."""
+        if isinstance(cond, tirx.And | tirx.Or):
+            ma, mb = self.lane_mask(cond.a), self.lane_mask(cond.b)
+            out = self.vreg("s", 2, 2)
+            self.emit("s_and_b64" if isinstance(cond, tirx.And) else "s_or_b64", [out], [ma, mb])
+            return out
+        if not isinstance(cond, tuple(_CMP)):
+            raise self.error(
+                f"condition {type(cond).__name__}", "Use comparisons joined by `and`/`or`."
+            )
+        cmp = _CMP[type(cond)]
+        a, b = self.expr(cond.a), self.expr(cond.b)
+        dtype = a.dtype if a.dtype != "bool" else "int32"
+        suffix = {"int32": "i32", "uint32": "u32", "float32": "f32", "float16": "f16"}[dtype]
+        if reg_class(a.op) != "v" and reg_class(b.op) == "v":
+            a, b, cmp = b, a, _SWAPPED[cmp]
+        out = self.vreg("s", 2, 2)
+        opcode = f"v_cmp_{cmp}_{suffix}_e64"
+        self.emit(opcode, [out], self.legal_valu(opcode, [a.op, b.op]))
+        return out
+
+    def llvm_intrin(self, call: ir.expr.Call, hint: VReg | None) -> Value:
+        name = _intrin_name(call)
+        if name not in _MFMA:
+            raise self.error(
+                f"LLVM intrinsic {name or call.args[0]}", f"The backend knows {', '.join(_MFMA)}."
+            )
+        raise self.error(
+            "MFMA through call_llvm_pure_intrin is not implemented yet",
+            "Use the LLVM ROCm backend for MFMA kernels for now.",
+        )
+
+    # -- memory --------------------------------------------------------------------------
+    def buffer(self, var: object) -> _Buffer:
+        if var not in self.buffers:
+            raise self.error(
+                f"buffer '{var.name}' is not a kernel argument or allocation",
+                "Declare buffers as PrimFunc parameters or with T.alloc_buffer.",
+            )
+        return self.buffers[var]
+
+    def flat_index(self, buf: _Buffer, indices: object) -> object:
+        indices = list(indices)
+        if len(indices) != len(buf.shape):
+            raise self.error(
+                "an access with the wrong number of indices", "Index every dimension of the buffer."
+            )
+        flat: object = indices[0]
+        for dim, idx in zip(buf.shape[1:], indices[1:], strict=True):
+            flat = flat * tirx.IntImm("int32", dim) + idx
+        return flat
+
+    def local_slot(self, buf: _Buffer, indices: object) -> VReg | None:
+        if buf.scope != "local":
+            return None
+        flat = self.flat_index(buf, indices)
+        rest, const = split_constant(flat)
+        if rest is not None:
+            if self.lane is not None:
+                return None
+            raise self.error(
+                "a local buffer indexed by a variable",
+                "Index local buffers with constants (unroll the loop).",
+            )
+        if not 0 <= const < buf.numel:
+            raise self.error(f"local index {const} out of bounds {buf.numel}", "Fix the index.")
+        assert buf.regs is not None
+        return buf.regs[const]
+
+    def load(self, buf: _Buffer, var: object, indices: object) -> Value:
+        if buf.scope == "local":
+            slot = self.local_slot(buf, indices)
+            assert slot is not None
+            return Value(slot, buf.dtype)
+        out = self.vreg("v")
+        self.memory_op(buf, var, self.flat_index(buf, indices), out, buf.elem_bytes, store=False)
+        return Value(out, buf.dtype)
+
+    def store(self, buf: _Buffer, var: object, indices: object, value: Value) -> None:
+        if value.dtype != buf.dtype:
+            raise self.error(
+                f"storing a {value.dtype} value into {buf.dtype} buffer '{var.name}'",
+                "Cast the value to the buffer's dtype.",
+            )
+        if buf.scope == "local":
+            slot = self.local_slot(buf, indices)
+            assert slot is not None
+            if value.op is not slot:
+                self.emit("v_mov_b32", [slot], [self.f16_operand(value.op)])
+            return
+        data = self.to_vgpr(self.f16_operand(value.op))
+        self.memory_op(buf, var, self.flat_index(buf, indices), data, buf.elem_bytes, store=True)
+
+    def byte_offset(self, buf: _Buffer, flat: object) -> tuple[Value | None, int]:
+        rest, const = split_constant(flat)
+        offset = None
+        if rest is not None:
+            offset = self.expr(tirx.Mul(rest, tirx.IntImm("int32", buf.elem_bytes)))
+        return offset, const * buf.elem_bytes
+
+    def memory_op(
+        self, buf: _Buffer, var: object, flat: object, data: Operand, size: int, store: bool
+    ) -> None:
+        offset, const = self.byte_offset(buf, flat)
+        if buf.scope == "global":
+            self.buffer_op(buf, offset, const, data, size, store, var)
+        else:
+            self.ds_op(buf, offset, const + buf.lds_offset, data, size, store)
+
+    def buffer_op(
+        self,
+        buf: _Buffer,
+        offset: Value | None,
+        const: int,
+        data: Operand,
+        size: int,
+        store: bool,
+        var: object,
+    ) -> None:
+        if const < 0 or const > MAX_BUFFER_OFFSET:
+            extra = Value(Imm.of_int(const), "int32")
+            offset = extra if offset is None else self.apply("add", [offset, extra], "int32")
+            const = 0
+        assert buf.srd is not None
+        vaddr: Operand = Sym("off")
+        soffset: Operand = Imm.of_int(0)
+        if offset is not None and offset.uniform:
+            soffset = (
+                self.to_sgpr(offset.op)
+                if not (isinstance(offset.op, Imm) and offset.op.is_inline)
+                else offset.op
+            )
+        elif offset is not None:
+            vaddr = offset.op
+        mods = ("offen " if vaddr != Sym("off") else "") + f"offset:{const}"
+        table = _GLOBAL_STORE if store else _GLOBAL_LOAD
+        opcode = table[size]
+        if store:
+            self.emit(opcode, [], [data, vaddr, buf.srd, soffset], mods, comment=var.name)
+        else:
+            self.emit(opcode, [data], [vaddr, buf.srd, soffset], mods, comment=var.name)
+
+    def ds_op(
+        self, buf: _Buffer, offset: Value | None, const: int, data: Operand, size: int, store: bool
+    ) -> None:
+        if offset is None:
+            addr: Operand = self.to_vgpr(Imm.of_int(0))
+        else:
+            addr = self.to_vgpr(offset.op)
+        if const < 0 or const > MAX_DS_OFFSET:
+            addr = self.valu("v_add_u32", [Imm.of_int(const), addr])
+            const = 0
+        mods = f"offset:{const}" if const else ""
+        if store:
+            self.emit(_DS_WRITE[size], [], [addr, data], mods)
+        else:
+            self.emit(_DS_READ[size], [data], [addr], mods)
+
+
+def _intrin_name(call: ir.expr.Call) -> str:
+    for arg in call.args:
+        if isinstance(arg, ir.expr.StringImm):
+            return str(arg.value)
+    return ""
+
+
+def _decode_waitcnt(simm16: int) -> str:
+    # gfx9 S_WAITCNT fields: vmcnt [3:0] and [15:14], expcnt [6:4], lgkmcnt [11:8].
+    vm = (simm16 & 0xF) | ((simm16 >> 14) & 0x3) << 4
+    lgkm = (simm16 >> 8) & 0xF
+    parts = [f"vmcnt({vm})"] if vm < 63 else []
+    parts += [f"lgkmcnt({lgkm})"] if lgkm < 15 else []
+    return " ".join(parts) or "vmcnt(63)"
+
+
+def _fold(kind: str, a: int, b: int) -> int:
+    ops: dict[str, Callable[[int, int], int]] = {
+        "add": lambda x, y: x + y,
+        "sub": lambda x, y: x - y,
+        "mul": lambda x, y: x * y,
+        "and": lambda x, y: x & y,
+        "or": lambda x, y: x | y,
+        "xor": lambda x, y: x ^ y,
+        "shl": lambda x, y: x << y,
+        "ashr": lambda x, y: x >> y,
+        "lshr": lambda x, y: (x & 0xFFFFFFFF) >> y,
+        "min": min,
+        "max": max,
+        "floordiv": lambda x, y: x // y,
+        "floormod": lambda x, y: x % y,
+    }
+    return ops[kind](a, b)
+
+
+def select(func: tirx.PrimFunc, info: TargetInfo) -> Program:
+    """Select instructions for ``func`` (a kernel with thread bindings) on target ``info``.
+
+    Returns:
+        the kernel IR over virtual registers, ending in ``s_endpgm``.
+
+    Raises:
+        MalformedKernelError: a construct the backend does not handle (message says which
+            and what to write instead).
+        TargetFeatureError: an op needing a feature ``info`` lacks (split barriers on gfx9).
+        SharedMemoryLimitError: more static LDS than the target has.
+    """
+    sel = _Selector(func, info)
+    sel.scan_launch()
+    sel.prologue()
+    sel.stmt_(func.body)
+    sel.emit("s_endpgm")
+    return sel.prog

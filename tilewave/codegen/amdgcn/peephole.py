@@ -1,0 +1,84 @@
+"""Peephole fusion on the kernel IR (virtual registers, before allocation).
+
+Two dependent VALU integer ops become one three-operand VOP3 op when the intermediate
+register has a single definition and a single use, both in one basic block, nothing in
+between rewrites the sources, and the fused operands are encodable (no literal, at most one
+SGPR — checked with :func:`~tilewave.codegen.amdgcn.isa.valu_operands_ok`):
+
+=============================================  =====================================
+``v_lshlrev_b32 t, k, a`` ; ``v_add_u32 d, t, b``  ``v_lshl_add_u32 d, a, k, b``
+``v_lshlrev_b32 t, k, a`` ; ``v_or_b32 d, t, b``   ``v_lshl_or_b32 d, a, k, b``
+``v_add_u32 t, a, b`` ; ``v_add_u32 d, t, c``      ``v_add3_u32 d, a, b, c``
+``v_or_b32 t, a, b`` ; ``v_or_b32 d, t, c``        ``v_or3_b32 d, a, b, c``
+=============================================  =====================================
+
+(Add→or for disjoint bit ranges and power-of-two strength reduction happen during
+instruction selection, where the value ranges are known.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from tilewave.codegen.amdgcn.isa import valu_operands_ok
+from tilewave.codegen.amdgcn.kir import Instr, Label, Program, VReg, base_reg
+
+__all__ = ["FUSIONS", "fuse"]
+
+#: (first opcode, second opcode) -> fused opcode
+FUSIONS: dict[tuple[str, str], str] = {
+    ("v_lshlrev_b32", "v_add_u32"): "v_lshl_add_u32",
+    ("v_lshlrev_b32", "v_or_b32"): "v_lshl_or_b32",
+    ("v_add_u32", "v_add_u32"): "v_add3_u32",
+    ("v_or_b32", "v_or_b32"): "v_or3_b32",
+}
+
+
+def _fused_sources(first: Instr, second: Instr, tmp: VReg) -> list[object]:
+    other = [op for op in second.uses if op is not tmp]
+    if first.opcode == "v_lshlrev_b32":
+        shift, value = first.uses
+        return [value, shift, *other]
+    return [*first.uses, *other]
+
+
+def fuse(program: Program) -> Program:
+    """Return ``program`` with the fusions of :data:`FUSIONS` applied where legal."""
+    body = list(program.body)
+    defs: Counter[VReg] = Counter()
+    uses: Counter[VReg] = Counter()
+    for ins in body:
+        if isinstance(ins, Instr):
+            for op in ins.defs:
+                if (reg := base_reg(op)) is not None:
+                    defs[reg] += 1
+            for op in ins.uses:
+                if (reg := base_reg(op)) is not None:
+                    uses[reg] += 1
+    removed: set[int] = set()
+    for i, first in enumerate(body):
+        if not isinstance(first, Instr) or len(first.defs) != 1:
+            continue
+        tmp = first.defs[0]
+        if not isinstance(tmp, VReg) or defs[tmp] != 1 or uses[tmp] != 1:
+            continue
+        sources = {base_reg(op) for op in first.uses} - {None}
+        for j in range(i + 1, len(body)):
+            second = body[j]
+            if isinstance(second, Label) or (isinstance(second, Instr) and second.is_branch):
+                break
+            if any(op is tmp for op in second.uses):
+                fused = FUSIONS.get((first.opcode, second.opcode))
+                if fused is None or len(second.uses) != 2 or second.uses[0] is second.uses[1]:
+                    break
+                srcs = _fused_sources(first, second, tmp)
+                if valu_operands_ok(fused, srcs):
+                    body[j] = Instr(
+                        fused, list(second.defs), srcs, second.mods, comment=second.comment
+                    )
+                    removed.add(i)
+                break
+            if any(base_reg(op) in sources for op in second.defs):
+                break
+    return replace(program, body=[ins for k, ins in enumerate(body) if k not in removed])
