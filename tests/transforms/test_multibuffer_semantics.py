@@ -150,3 +150,25 @@ def test_interpreter_reports_unsupported_ops():
 
     with pytest.raises(interp.UnsupportedTIR, match=r"op tirx.call_extern"):
         interp.run_block(extern, {"A": np.zeros(4, "float32")})
+
+
+@settings(max_examples=30, deadline=None)
+@given(params=kernel_params)
+def test_loop_access_analysis_on_generated_kernels(params):
+    """buffer_uses sees each generated access of S in the right place with the right kind."""
+    from tilewave.analysis.loop_access import AccessKind, buffer_uses
+
+    kernel = make_kernel(**params, sync_war=True)
+    uses = {use.name: use for use in buffer_uses(kernel)}
+    s_use = uses["S"]
+    assert not s_use.escapes
+    in_loop = [acc for acc in s_use.accesses if any(lp.loop_var.name == "k" for lp in acc.loops)]
+    outside = [acc for acc in s_use.accesses if acc not in in_loop]
+    assert [acc.kind for acc in in_loop] == [AccessKind.WRITE, AccessKind.READ]
+    assert in_loop[0].via_address == params["use_async"]
+    expected_outside = [AccessKind.WRITE, AccessKind.READ] * params["prologue"] + [
+        AccessKind.READ
+    ] * params["epilogue"]
+    assert [acc.kind for acc in outside] == expected_outside
+    s2_kinds = [acc.kind for acc in uses["S2"].accesses]
+    assert s2_kinds == ([AccessKind.WRITE, AccessKind.READ] if params["second"] else [])
