@@ -1,0 +1,62 @@
+"""The hazard verifier on hand-written kernels, and its errors."""
+
+import pytest
+from tvm.script import tirx as T
+
+import tilewave  # noqa: F401 - registers T.tilewave.*
+from tilewave.analysis.shared_access import AccessKind
+from tilewave.analysis.shared_hazards import (
+    HazardKind,
+    find_divergent_barriers,
+    find_shared_hazards,
+)
+from tilewave.errors import UnclassifiedOpError, UnknownTargetError
+
+
+@T.prim_func
+def split_wrong_order(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        T.tilewave.barrier_signal(-1)
+        S[tx] = A[tx]
+        T.tilewave.barrier_wait(-1)
+        B[tx] = S[63 - tx]
+
+
+def test_signal_before_the_producer_does_not_synchronise():
+    (hazard,) = find_shared_hazards(split_wrong_order, "gfx1200")
+    assert hazard.kind is HazardKind.RAW and hazard.buffer == "S"
+    assert hazard.first.kind is AccessKind.WRITE and hazard.second.kind is AccessKind.READ
+    assert "RAW on S" in str(hazard)
+
+
+@T.prim_func
+def divergent_barrier(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        S[tx] = A[tx]
+        if tx < 32:
+            T.tilewave.lds_barrier()
+        B[tx] = S[63 - tx]
+
+
+def test_barrier_in_divergent_code_synchronises_nothing():
+    assert len(find_shared_hazards(divergent_barrier, "gfx942")) == 1
+    assert len(find_divergent_barriers(divergent_barrier)) == 1
+
+
+@T.prim_func
+def unknown_op(A: T.Buffer((64,), "float32")):
+    for _tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        T.evaluate(T.call_extern("void", "mystery_copy", S.data, A.data))
+
+
+def test_unknown_op_on_shared_memory_is_an_error():
+    with pytest.raises(UnclassifiedOpError, match=r"'mystery_copy'.*register_intrinsic"):
+        find_shared_hazards(unknown_op, "gfx942")
+
+
+def test_unknown_target_is_an_error():
+    with pytest.raises(UnknownTargetError, match="unknown target"):
+        find_shared_hazards(split_wrong_order, "gfx9999")
