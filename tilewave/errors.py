@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import re
 
+import tvm_ffi
+
 # The printer declares free variables first (`x = T.int32()`); they are noise in a location.
 _FREE_VAR_DECL = re.compile(r"^\w+ = T\.\w+\(\)$")
 
 
+def _keep_type_across_ffi(cls: type[Exception]) -> None:
+    # A TilewaveError raised inside a pass or pass instrument crosses TVM's C++ boundary;
+    # without a registration tvm_ffi turns it into a RuntimeError on the way back.
+    tvm_ffi.register_error(cls.__name__, cls)
+
+
 class TilewaveError(Exception):
-    """Base class of every error tilewave raises for a user mistake or an unsupported input."""
+    """Base class of every error tilewave raises for a user mistake or an unsupported input.
+
+    Every subclass is registered with TVM's FFI, so it keeps its type when raised inside a
+    pass that runs under ``tvm.transform.Sequential``.
+    """
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        _keep_type_across_ffi(cls)
 
 
 class UnknownTargetError(TilewaveError):
@@ -92,3 +108,6 @@ class RegisterAllocationError(TilewaveError):
 
 class AssemblerError(TilewaveError):
     """LLVM's assembler or linker rejected the AMDGCN backend's output, or is not installed."""
+
+
+_keep_type_across_ffi(TilewaveError)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import tvm
-import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.tirx.build import codegen_build
 
@@ -33,7 +32,6 @@ from tilewave.errors import (
     KernelSourceError,
     MalformedKernelError,
     PassOptionError,
-    TilewaveError,
     where,
 )
 from tilewave.instruments import instruments_from_env
@@ -51,19 +49,6 @@ __all__ = [
     "lower",
     "stages_for",
 ]
-
-
-def _keep_error_types_across_ffi() -> None:
-    # A TilewaveError raised inside a pass or a pass instrument crosses TVM's C++ boundary;
-    # without a registration tvm_ffi turns it into a RuntimeError on the way back.
-    pending = [TilewaveError]
-    while pending:
-        cls = pending.pop()
-        tvm_ffi.register_error(cls.__name__, cls)
-        pending.extend(cls.__subclasses__())
-
-
-_keep_error_types_across_ffi()
 
 
 @dataclass(frozen=True)
