@@ -783,3 +783,15 @@ def test_example_runs_on_the_gpu(tmp_path):
     example = _load_example()
     example.main(["--emit", str(tmp_path)])
     assert example.main(["--run", str(tmp_path), "--repeats", "5"]) == 0
+
+
+def test_docs_before_after_pair_is_what_the_pass_produces(tmp_path):
+    doc = (_EXAMPLE.parents[1] / "docs" / "passes" / "inject_fence_proxy.md").read_text()
+    before_src, after_src = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
+    module_file = tmp_path / "doc_pair.py"
+    module_file.write_text("from tvm.script import tirx as T\n" + before_src + after_src)
+    spec = importlib.util.spec_from_file_location("doc_pair", module_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = inject_fence_proxy(module.before, target=SM90)
+    tvm.ir.assert_structural_equal(out, module.after.with_attr("global_symbol", "before"))
