@@ -43,7 +43,8 @@ class TargetInfo:
         vgpr_granule, sgpr_granule: allocation granularity of those registers (AMD).
         asm_isa: the ISA dialect tilewave's direct assembly backend emits for this target
             (``"cdna3"``: gfx9 encodings, vmcnt/lgkmcnt, MFMA, packed workitem ids) or None.
-        sgpr_reserved: SGPRs the hardware allocates beyond the kernel's own (VCC, XNACK mask).
+        sgpr_reserved: SGPRs the hardware allocates beyond the kernel's own (VCC, flat
+            scratch, XNACK mask).
         vmem_wait_counter: how a wave waits for its outstanding vector-memory loads (AMD):
             ``"vmcnt"`` (gfx9 ``s_waitcnt vmcnt(n)``) or ``"loadcnt"`` (gfx12
             ``s_wait_loadcnt n``); ``None`` for NVIDIA.
@@ -120,7 +121,7 @@ _GFX942 = TargetInfo(
     sgpr_granule=8,
     vmem_wait_counter="vmcnt",
     asm_isa="cdna3",
-    sgpr_reserved=4,  # VCC + XNACK_MASK, counted on top of the kernel's own SGPRs
+    sgpr_reserved=6,  # VCC, FLAT_SCRATCH, XNACK_MASK: the assembler counts them on top
 )
 _GFX950 = replace(
     _GFX942,

@@ -431,6 +431,7 @@ class _Selector:
                          "Declare buffers over the kernel's pointer arguments only.")
 
     def s_Bind(self, node: object) -> None:
+        self.bits.let(node.var, node.value)
         value = self.expr(node.value)
         if isinstance(value.op, VReg) and any(
             value.op in (b.regs or []) for b in self.buffers.values()
@@ -589,11 +590,29 @@ class _Selector:
                              "The AMDGCN backend knows llvm.amdgcn.s.barrier and s.waitcnt.")
 
     def s_BufferStore(self, node: tirx.BufferStore) -> None:
+        if any(isinstance(i, tirx.Ramp) for i in node.indices):
+            self.ramp_store(node)
+            return
         buf = self.buffer(node.buffer)
         value = self.expr(node.value, hint=self.local_slot(buf, node.indices))
         self.store(buf, node.buffer, node.indices, value)
 
     # -- vector loops ----------------------------------------------------------------------
+    def ramp_store(self, node: tirx.BufferStore) -> None:
+        """``B[Ramp(base, 1, w)] = vector value`` as left by TVM's VectorizeLoop: rewrite it
+        into the equivalent ``T.vectorized`` loop and select that."""
+        ramp = node.indices[-1]
+        if len(node.indices) != 1 or not isinstance(ramp, tirx.Ramp) or _const(ramp.stride) != 1:
+            raise self.error("a vector store whose index is not one unit-stride ramp",
+                             "Vectorize the innermost, contiguous dimension only.")
+        width = int(ramp.lanes)
+        lane = tirx.Var("vec_lane", "int32")
+        value = _scalarize(node.value, lane)
+        store = tirx.BufferStore(node.buffer, value, [ramp.base + lane])
+        loop = tirx.For(lane, tirx.IntImm("int32", 0), tirx.IntImm("int32", width),
+                        tirx.ForKind.VECTORIZED, store)
+        self.vector_loop(loop)
+
     def vector_loop(self, node: tirx.For) -> None:
         width = _const(node.extent)
         body = node.body
@@ -996,10 +1015,33 @@ class _Selector:
 
 
 def _intrin_name(call: ir.expr.Call) -> str:
-    for arg in call.args:
-        if isinstance(arg, ir.expr.StringImm):
-            return str(arg.value)
+    """The LLVM intrinsic a ``call_llvm_(pure_)intrin`` names (by string or by LLVM id)."""
+    first = call.args[0] if len(call.args) else None
+    if isinstance(first, ir.expr.StringImm):
+        return str(first.value)
+    if isinstance(first, tirx.IntImm):
+        from tvm.target import codegen
+
+        return str(codegen.llvm_get_intrinsic_name(first.value))
     return ""
+
+
+def _scalarize(expr: object, lane: object) -> object:
+    """Lane ``lane`` of a vector expression: ramps become ``base + lane``, broadcasts their
+    value, vector loads scalar loads."""
+    from tilewave.ir.walker import TIRMutator
+
+    class _Lane(TIRMutator):
+        def visit_Ramp(self, node: tirx.Ramp) -> object:
+            return self.visit(node.base) + lane * self.visit(node.stride)
+
+        def visit_Broadcast(self, node: tirx.Broadcast) -> object:
+            return self.visit(node.value)
+
+        def visit_TensorLoad(self, node: object) -> object:
+            return tirx.BufferLoad(node.source, [self.visit(i) for i in node.indices])
+
+    return _Lane().visit(expr)
 
 
 def _decode_waitcnt(simm16: int) -> str:

@@ -47,15 +47,22 @@ class KnownBits:
 
     def __init__(self) -> None:
         self.ranges: dict[object, tuple[int, int]] = {}
+        self.lets: dict[object, object] = {}
 
     def bind(self, var: ir.expr.Var, lo: int, hi: int) -> None:
         """Record ``lo <= var <= hi``."""
         self.ranges[var] = (lo, hi)
 
+    def let(self, var: ir.expr.Var, value: object) -> None:
+        """Record ``var = value`` (a let binding): ``var`` has the facts of ``value``."""
+        self.lets[var] = value
+
     def facts(self, expr: object) -> Facts:
         """Range and trailing-zero facts of ``expr`` (unknown parts give wide facts)."""
         if isinstance(expr, tirx.IntImm):
             return Facts(expr.value, expr.value, _tz_of(expr.value))
+        if isinstance(expr, ir.expr.Var) and expr in self.lets:
+            return self.facts(self.lets[expr])
         if isinstance(expr, ir.expr.Var):
             lo_hi = self.ranges.get(expr)
             return Facts(*lo_hi, 0) if lo_hi else Facts(None, None, 0)
