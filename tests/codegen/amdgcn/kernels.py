@@ -48,7 +48,7 @@ def fma_f16(A: T.Buffer((N,), "float16"), B: T.Buffer((N,), "float16"),
 
 @T.prim_func
 def transpose_lds(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
-    for bx in T.thread_binding(1, thread="blockIdx.x"):
+    for _bx in T.thread_binding(1, thread="blockIdx.x"):
         for ty in T.thread_binding(16, thread="threadIdx.y"):
             for tx in T.thread_binding(16, thread="threadIdx.x"):
                 S = T.alloc_buffer((16, 17), "float32", scope="shared")
@@ -59,7 +59,7 @@ def transpose_lds(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float
 
 @T.prim_func
 def row_sum(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64,), "float32")):
-    for bx in T.thread_binding(1, thread="blockIdx.x"):
+    for _bx in T.thread_binding(1, thread="blockIdx.x"):
         for tx in T.thread_binding(64, thread="threadIdx.x"):
             acc = T.alloc_buffer((1,), "float32", scope="local")
             acc[0] = T.float32(0)

@@ -1,0 +1,80 @@
+"""Instruction selection: uniformity, strength reduction, add→or, and every error."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from tvm.script import tirx as T
+
+import tilewave  # noqa: F401
+from tilewave.codegen import amdgcn
+from tilewave.errors import MalformedKernelError, TargetFeatureError
+
+sys.path.insert(0, str(Path(__file__).parent))
+import kernels
+
+
+def body(func, target="gfx942"):
+    asm = amdgcn.compile_device_func(amdgcn.device_function(func, target), target).asm
+    return asm.split(".size")[0]
+
+
+def test_uniform_index_math_on_salu_per_thread_on_valu_with_fusions():
+    text = body(kernels.copy_f32)
+    # bx*64 is uniform: one SALU shift; adding tid (< 64) is disjoint: an OR, fused with <<2
+    assert "s_lshl_b32" in text
+    assert "v_lshl_or_b32" in text or "v_or_b32" in text
+    assert "v_mul_lo_u32" not in text and "v_add_u32" not in text
+
+
+@T.prim_func
+def div_mod(A: T.Buffer((256,), "int32"), B: T.Buffer((256,), "int32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        B[tx] = A[tx] // 8 + A[tx] % 16 + A[tx] * 4
+
+
+@T.prim_func
+def div_by_three(A: T.Buffer((64,), "int32"), B: T.Buffer((64,), "int32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        B[tx] = A[tx] // 3
+
+
+@T.prim_func
+def split_barrier(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        T.tilewave.barrier_signal(0)
+        A[tx] = T.float32(0)
+
+
+@T.prim_func
+def divergent_loop(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for _k in range(tx):
+            A[tx] = A[tx] + T.float32(1)
+
+
+def test_power_of_two_divide_modulo_multiply_become_shifts_and_masks():
+    text = body(div_mod)
+    assert "v_ashrrev_i32 " in text and "v_and_b32 " in text and "v_lshlrev_b32 " in text
+    assert "v_mul_lo_u32" not in text
+
+
+def test_non_power_of_two_division_is_a_clear_error():
+    with pytest.raises(MalformedKernelError,
+                       match=r"div_by_three_kernel.*floordiv by 3, which is not a power of two"):
+        body(div_by_three)
+
+
+def test_split_barrier_on_gfx942_names_the_target():
+    with pytest.raises(TargetFeatureError, match="split barrier"):
+        body(split_barrier)
+
+
+def test_per_thread_loop_bound_is_rejected():
+    with pytest.raises(MalformedKernelError, match="loop whose bounds differ between threads"):
+        body(divergent_loop)
+
+
+def test_non_cdna_target_is_rejected():
+    with pytest.raises(TargetFeatureError, match="gfx1200 is not a CDNA3 target"):
+        amdgcn.emit(kernels.copy_f32, target="gfx1200")
