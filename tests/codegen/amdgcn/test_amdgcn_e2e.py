@@ -181,6 +181,11 @@ def test_assembles_links_and_metadata_matches(name, target, tmp_path):
     assert rsrc1 & 0x3F == res.vgpr_blocks  # GRANULATED_WORKITEM_VGPR_COUNT
     assert (rsrc1 >> 6) & 0xF == res.sgpr_blocks  # GRANULATED_WAVEFRONT_SGPR_COUNT
     assert int.from_bytes(kd[0:4], "little") == res.lds_bytes  # GROUP_SEGMENT_FIXED_SIZE
+    # the code object is really for the asked processor (EF_AMDGPU_MACH in e_flags)
+    assert int.from_bytes(hsaco[48:52], "little") & 0xFF == _MACH[target]
+
+
+_MACH = {"gfx942": 0x4C, "gfx950": 0x4F}
 
 
 def test_build_asm_writes_assembly_and_code_object(tmp_path):
