@@ -37,6 +37,7 @@ from tilewave.errors import (
 from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
+from tilewave.transforms.inject_fence_proxy import InjectFenceProxy
 
 __all__ = [
     "STAGES",
@@ -200,6 +201,13 @@ STAGES: tuple[Stage, ...] = (
     _tvm("tirx.AnnotateEntryFunc", tirx.transform.AnnotateEntryFunc),
     # ---- tilewave's synchronisation stages (TVM runs ThreadSync("shared") here) ----
     # InsertSharedBarriers and InjectFenceProxy go here, before LowerTilewaveOps.
+    # Fences go after barrier insertion: a fence sits right before the async op it guards.
+    Stage(
+        "tilewave.InjectFenceProxy",
+        lambda t, o: InjectFenceProxy(target=t),
+        lambda t, o: t.has_async_proxy,
+        origin="tilewave",
+    ),
     Stage("tilewave.LowerTilewaveOps", lambda t, o: LowerTilewaveOps(t), origin="tilewave"),
     # ----
     _tvm("s_tir.ThreadSync.warp", lambda: s_tir.transform.ThreadSync("warp")),
