@@ -40,4 +40,4 @@ def test_build_fences_the_bulk_store_in_cuda_source():
     ]
     assert positions == sorted(positions), body
     assert body.count("tvm_builtin_ptx_fence_proxy_proxy_async_shared__cta();") == 1
-    assert 'asm volatile("fence.proxy.async.shared::cta;")' in source
+    assert 'asm volatile("fence.proxy.async.shared::cta;"' in source
