@@ -164,7 +164,8 @@ def test_split_barrier_on_gfx942_is_refused():
         lower_tilewave_ops(split_barrier, "gfx942")
 
 
-def test_split_barrier_reaching_cuda_untransformed_is_refused():
+def test_split_barrier_reaching_cuda_untransformed_is_refused(restore_split_barrier_hook):
+    cuda.install_split_barrier_lowering(None)
     with pytest.raises(
         TargetFeatureError,
         match=r"tilewave.barrier_signal in function 'split_barrier'.*untransformed.*mbarrier",

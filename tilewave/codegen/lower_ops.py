@@ -22,12 +22,16 @@ from tvm import ir, tirx
 
 from tilewave.codegen import cuda, rocm
 from tilewave.codegen.common import OpLowering
+from tilewave.codegen.cuda_split_barrier import lower_cuda_split_barriers
 from tilewave.ir.walker import TIRMutator
 from tilewave.targets import TargetInfo, get_target
 
 __all__ = ["LowerTilewaveOps", "lower_tilewave_ops", "lowering_table"]
 
 _PREFIX = "tilewave."
+
+# On NVIDIA a split barrier is an mbarrier with phase tracking (a whole-function rewrite).
+cuda.install_split_barrier_lowering(lower_cuda_split_barriers)
 
 
 def lowering_table(target: TargetInfo) -> dict[str, OpLowering]:
