@@ -1,0 +1,123 @@
+"""examples/shared_barriers_racecheck_h100.py --emit: stripped vs re-inserted barriers in CUDA."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shared_barriers_racecheck_h100.py"
+GENERATED = EXAMPLE.parent / "generated" / "shared_barriers"
+KERNELS = {"reverse", "transpose", "stencil", "loop_tile"}
+VARIANTS = {"stripped", "tilewave-basic", "tilewave-split"}
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("shared_barriers_racecheck_h100", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def kernel_body(source: str, kernel: str) -> str:
+    start = source.index(f"{kernel}(", source.index('extern "C" __global__'))
+    return source[source.index("{", start) :]
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shared_barriers")
+    assert load_example().main(["--emit", str(out)]) == 0
+    return out, json.loads((out / "manifest.json").read_text())
+
+
+def test_manifest_lists_every_kernel_and_variant(emitted):
+    out, manifest = emitted
+    assert set(manifest["kernels"]) == KERNELS
+    for kernel_id, entry in manifest["kernels"].items():
+        assert set(entry["variants"]) == VARIANTS
+        assert entry["reference"] == kernel_id
+        names = set(entry["inputs"]) | set(entry["outputs"])
+        for spec in entry["variants"].values():
+            source = (out / spec["file"]).read_text()
+            threads = int(np.prod(entry["block"]))
+            assert f"__launch_bounds__({threads}) {spec['kernel']}(" in source
+            assert set(spec["params"]) == names
+
+
+def test_stripped_sources_have_no_barrier_and_tilewave_ones_do(emitted):
+    out, manifest = emitted
+    for entry in manifest["kernels"].values():
+        bodies = {
+            v: kernel_body((out / s["file"]).read_text(), s["kernel"])
+            for v, s in entry["variants"].items()
+        }
+        assert "__syncthreads" not in bodies["stripped"]
+        assert "mbarrier" not in bodies["stripped"]
+        assert entry["variants"]["stripped"]["verifier_hazards"] > 0
+        assert "__syncthreads();" in bodies["tilewave-basic"]
+        assert "mbarrier" not in bodies["tilewave-basic"]
+        split = bodies["tilewave-split"]
+        init = split.index("mbarrier_init_init_shared_b64")
+        assert split.count("__syncthreads();") == 1  # publishes the init only
+        assert init < split.index("__syncthreads();") < split.index("mbarrier_arrive")
+        assert split.index("mbarrier_arrive") < split.index("mbarrier_try_wait_parity")
+        for variant in ("tilewave-basic", "tilewave-split"):
+            assert entry["variants"][variant]["verifier_hazards"] == 0
+
+
+def test_loop_tile_gets_the_war_barrier_of_the_next_iteration(emitted):
+    out, manifest = emitted
+    spec = manifest["kernels"]["loop_tile"]["variants"]
+    loop = kernel_body((out / spec["tilewave-basic"]["file"]).read_text(), "loop_tile_kernel")
+    loop = loop[loop.index("for (int k = 0;") :]
+    assert loop.count("__syncthreads();") == 2
+    split = kernel_body((out / spec["tilewave-split"]["file"]).read_text(), "loop_tile_kernel")
+    split = split[split.index("for (int k = 0;") :]
+    assert split.count("mbarrier_arrive") == 2
+    assert split.count("tw_phase_ptr[0] = (tw_phase_ptr[0] ^ (uint)1);") == 2
+
+
+def test_committed_sources_are_what_emit_writes(emitted):
+    out, manifest = emitted
+    committed = json.loads((GENERATED / "manifest.json").read_text())
+    assert committed == manifest
+    for entry in manifest["kernels"].values():
+        for spec in entry["variants"].values():
+            assert (GENERATED / spec["file"]).read_text() == (out / spec["file"]).read_text()
+
+
+def test_references_match_direct_loops():
+    example = load_example()
+    rng = np.random.default_rng(3)
+    blocks, width, steps = example.BLOCKS, example.WIDTH, example.STEPS
+    a = rng.standard_normal(blocks * width).astype(np.float32)
+    rev = example.REFERENCES["reverse"](a)
+    sten = example.REFERENCES["stencil"](a)
+    for b in range(blocks):
+        for t in range(width):
+            i = b * width + t
+            assert rev["B"][i] == a[b * width + width - 1 - t]
+            left, right = a[b * width + (t - 1) % width], a[b * width + (t + 1) % width]
+            assert sten["B"][i] == pytest.approx(left + 2 * a[i] + right, rel=1e-6, abs=1e-6)
+    np.testing.assert_array_equal(rev["C"], a * np.float32(3))
+    m = rng.standard_normal((example.N, example.N)).astype(np.float32)
+    np.testing.assert_array_equal(example.REFERENCES["transpose"](m)["B"], m.T)
+    tiles = rng.standard_normal((blocks, steps * width)).astype(np.float32)
+    direct = np.zeros((blocks, width))
+    for b in range(blocks):
+        for t in range(width):
+            for k in range(steps):
+                direct[b, t] += tiles[b, k * width + (t + 1) % width] * (k + 1)
+    got = example.REFERENCES["loop_tile"](tiles)["B"]
+    np.testing.assert_allclose(got, direct, rtol=1e-5, atol=1e-5)
+
+
+def test_racecheck_summary_parsing():
+    example = load_example()
+    line = "========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)"
+    assert example._SUMMARY.search(line).group(1) == "3"
+    assert example._SUMMARY.search("RACECHECK SUMMARY: 0 hazards displayed").group(1) == "0"
