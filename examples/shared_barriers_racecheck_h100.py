@@ -52,6 +52,7 @@ N = 64  # transpose matrix side
 STEPS = 8  # loop_tile trip count
 VARIANTS = ("stripped", "tilewave-basic", "tilewave-split")
 TILEWAVE_VARIANTS = ("tilewave-basic", "tilewave-split")
+SANITIZER_TIMEOUT_S = 120  # one racecheck process (a few seconds when it works)
 _SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed")
 
 
@@ -286,8 +287,14 @@ def compile_all(in_dir: Path, manifest: dict) -> None:
         for spec in entry["variants"].values():
             source = in_dir / spec["file"]
             subprocess.run(
-                ["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-o",
-                 str(_cubin(in_dir, spec["file"])), str(source)],
+                [
+                    "nvcc",
+                    "-gencode=arch=compute_90a,code=sm_90a",
+                    "-cubin",
+                    "-o",
+                    str(_cubin(in_dir, spec["file"])),
+                    str(source),
+                ],
                 check=True,
             )
 
@@ -308,9 +315,7 @@ def run_variant(in_dir: Path, manifest: dict, kernel_id: str, variant: str) -> t
     for name, shape in entry["outputs"].items():
         buffers[name] = cupy.full(shape, np.nan, dtype=cupy.float32)
     function = cupy.RawModule(path=str(_cubin(in_dir, spec["file"]))).get_function(spec["kernel"])
-    function(
-        tuple(entry["grid"]), tuple(entry["block"]), tuple(buffers[p] for p in spec["params"])
-    )
+    function(tuple(entry["grid"]), tuple(entry["block"]), tuple(buffers[p] for p in spec["params"]))
     cupy.cuda.runtime.deviceSynchronize()
     expected = REFERENCES[entry["reference"]](*inputs.values())
     ok, worst = True, 0.0
@@ -347,6 +352,12 @@ def run(in_dir: Path, only: str | None = None, compile_first: bool = True) -> in
     return 1 if failed else 0
 
 
+def _text(output: bytes | str | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""
+
+
 def racecheck(in_dir: Path, log_dir: Path | None) -> int:
     """One ``compute-sanitizer --tool racecheck`` process per variant; print the table."""
     manifest = json.loads((in_dir / "manifest.json").read_text())
@@ -356,25 +367,49 @@ def racecheck(in_dir: Path, log_dir: Path | None) -> int:
     rows, bad = [], 0
     for kernel_id, variant in _all_variants(manifest, None):
         command = [
-            "compute-sanitizer", "--tool", "racecheck", "--racecheck-report", "hazard",
-            sys.executable, os.path.abspath(__file__), "--run", str(in_dir),
-            "--only", f"{kernel_id}:{variant}", "--no-compile",
+            "compute-sanitizer",
+            "--tool",
+            "racecheck",
+            "--racecheck-report",
+            "hazard",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--run",
+            str(in_dir),
+            "--only",
+            f"{kernel_id}:{variant}",
+            "--no-compile",
         ]
-        done = subprocess.run(command, capture_output=True, text=True)
-        log = done.stdout + done.stderr
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=SANITIZER_TIMEOUT_S
+            )
+            log, status = done.stdout + done.stderr, f"exit {done.returncode}"
+        except subprocess.TimeoutExpired as err:  # a hung kernel (e.g. a barrier deadlock)
+            log = _text(err.stdout) + _text(err.stderr)
+            status = f"timeout after {SANITIZER_TIMEOUT_S} s"
         if log_dir is not None:
             (log_dir / f"{kernel_id}__{variant}.log").write_text(log)
         summary = _SUMMARY.search(log)
         hazards = int(summary.group(1)) if summary else None
         match = re.search(rf"RESULT {re.escape(kernel_id)}:{re.escape(variant)} match=(\w+)", log)
-        matches = match.group(1) if match else f"no result (exit {done.returncode})"
+        matches = match.group(1) if match else f"no result ({status})"
         verifier = manifest["kernels"][kernel_id]["variants"][variant]["verifier_hazards"]
-        rows.append((kernel_id, variant, "no summary" if hazards is None else str(hazards),
-                     matches, verifier))
+        rows.append(
+            (
+                kernel_id,
+                variant,
+                "no summary" if hazards is None else str(hazards),
+                matches,
+                verifier,
+            )
+        )
         if variant in TILEWAVE_VARIANTS and (hazards != 0 or matches != "True"):
             bad += 1
-    print(f"{'kernel':<10} | {'variant':<15} | {'hazards':>10} | {'result matches':<14} | "
-          "tilewave verifier hazards")
+    print(
+        f"{'kernel':<10} | {'variant':<15} | {'hazards':>10} | {'result matches':<14} | "
+        "tilewave verifier hazards"
+    )
     for kernel_id, variant, hazards, matches, verifier in rows:
         print(f"{kernel_id:<10} | {variant:<15} | {hazards:>10} | {matches:<14} | {verifier}")
     print("PASS" if not bad else f"FAIL ({bad} tilewave variant(s) with hazards or mismatches)")
