@@ -13,9 +13,9 @@ on global / shared / local buffers, ``Bind``, integer and float arithmetic, ``ad
 ``tvm_access_ptr`` / ``S.data`` pointers and ``cp.async`` (modelled as an immediate copy;
 waits and commits are no-ops). Anything else raises :class:`UnsupportedTIR`.
 
-Load it from a test with :func:`load` below (tests run with ``--import-mode=importlib``)::
+Import it from a test by name (tests/conftest.py puts tests/ on ``sys.path``)::
 
-    interp = importlib.util.spec_from_file_location(...)  # see test_multibuffer_semantics.py
+    import tir_interpreter as interp
     outputs = interp.run_block(func, {"A": a, "B": b}, order="reverse")
 """
 

@@ -1,12 +1,11 @@
 """examples/shared_barriers_racecheck_h100.py --emit: stripped vs re-inserted barriers in CUDA."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from example_loader import load_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shared_barriers_racecheck_h100.py"
 GENERATED = EXAMPLE.parent / "generated" / "shared_barriers"
@@ -15,11 +14,7 @@ VARIANTS = {"stripped", "tilewave-basic", "tilewave-split"}
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("shared_barriers_racecheck_h100", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE)
 
 
 def kernel_body(source: str, kernel: str) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tvm
+from example_loader import load_module
 from tvm import tirx
 from tvm.script import tirx as T
 
@@ -751,10 +752,7 @@ _EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fence_proxy_tma_s
 
 
 def _load_example():
-    spec = importlib.util.spec_from_file_location("fence_proxy_tma_store_h100", _EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(_EXAMPLE)
 
 
 def test_example_emit_writes_a_fenced_kernel(tmp_path):
@@ -790,8 +788,6 @@ def test_docs_before_after_pair_is_what_the_pass_produces(tmp_path):
     before_src, after_src = re.findall(r"```python\n(.*?)```", doc, re.S)[:2]
     module_file = tmp_path / "doc_pair.py"
     module_file.write_text("from tvm.script import tirx as T\n" + before_src + after_src)
-    spec = importlib.util.spec_from_file_location("doc_pair", module_file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(module_file)
     out = inject_fence_proxy(module.before, target=SM90)
     tvm.ir.assert_structural_equal(out, module.after.with_attr("global_symbol", "before"))

@@ -1,19 +1,16 @@
 """examples/multibuffer_h100.py --emit: CUDA source of the single/double-buffered kernels."""
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
+from example_loader import load_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "multibuffer_h100.py"
 
 
 def load_example():
-    spec = importlib.util.spec_from_file_location("multibuffer_h100", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(EXAMPLE)
 
 
 def test_emit_writes_every_variant(tmp_path):

@@ -5,30 +5,16 @@ chosen order, so a race shows up as a wrong result; every generated kernel must 
 reference result before and after multibuffering, under several thread orders.
 """
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+import tir_interpreter as interp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm.script import tirx as T
 
 import tilewave  # noqa: F401
 from tilewave.transforms.multibuffer import multi_buffer
-
-
-def _load_interpreter():
-    path = Path(__file__).resolve().parents[1] / "tir_interpreter.py"
-    spec = importlib.util.spec_from_file_location("tir_interpreter", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("tir_interpreter", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-interp = _load_interpreter()
 
 
 def make_kernel(nt, start, step, trips, shift, use_async, prologue, epilogue, second, sync_war):
