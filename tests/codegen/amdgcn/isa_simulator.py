@@ -693,7 +693,9 @@ def _mfma_16x16x16(sim: Simulator, w: Wave, ins: Inst) -> None:
     dst, a_reg, b_reg, c_reg = ins.operands
     half = ins.opcode.endswith("bf16")
     ra, rb, rc, rd = (_reg(x) for x in (a_reg, b_reg, c_reg, dst))
-    assert ra and rb and rc and rd
+    assert ra and rb and rd
+    if rc is None and c_reg != "0" and c_reg not in _INLINE_F:
+        raise SimulationError(f"`{ins.line}`: C operand {c_reg} is not a register or inline float")
 
     def elems(r: tuple[str, int, int]) -> np.ndarray:
         sim.check_pending(w, [("v", r[1] + i) for i in range(r[2])])
@@ -705,8 +707,11 @@ def _mfma_16x16x16(sim: Simulator, w: Wave, ins: Inst) -> None:
         return halves.astype(np.uint16).view(np.float16).astype(np.float32)
 
     a, b = elems(ra), elems(rb)
-    sim.check_pending(w, [("v", rc[1] + i) for i in range(4)])
-    c = _bits_f32(w.vgpr[rc[1]:rc[1] + 4].copy())
+    if rc is None:  # an inline constant C, the same in every element
+        c = np.full((4, LANES), _INLINE_F.get(c_reg, 0.0), np.float32)
+    else:
+        sim.check_pending(w, [("v", rc[1] + i) for i in range(4)])
+        c = _bits_f32(w.vgpr[rc[1]:rc[1] + 4].copy())
     mat_a = np.zeros((16, 16), np.float32)
     mat_b = np.zeros((16, 16), np.float32)
     for lane in range(LANES):

@@ -76,3 +76,72 @@ def guarded_scale(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32"), n:
                 B[bx * 64 + tx] = A[bx * 64 + tx] * T.float32(2.0)
             else:
                 B[bx * 64 + tx] = T.float32(-1.0)
+
+
+# -- MFMA GEMM: one 16x16 output tile per wave, K loop of 16x16x16 steps ------------------
+# v_mfma_f32_16x16x16_{f16,bf16} lane layout (lane l, j = 0..3): A[l % 16][4 * (l // 16) + j],
+# B[4 * (l // 16) + j][l % 16], result acc[j] = C[4 * (l // 16) + j][l % 16]. With B given
+# transposed (BT[n, k] = B[k, n]) both fragments are 4 contiguous 16-bit values.
+GEMM_K = 64
+
+
+@T.prim_func
+def gemm_f16(A: T.Buffer((16, GEMM_K), "float16"), BT: T.Buffer((16, GEMM_K), "float16"),
+             C: T.Buffer((16, 16), "float32")):
+    for _bx in T.thread_binding(1, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            acc = T.alloc_buffer((4,), "float32", scope="local")
+            acc[T.Ramp(0, 1, 4)] = T.Broadcast(T.float32(0), 4)
+            for k in range(GEMM_K // 16):
+                acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin(
+                    "float32x4", "llvm.amdgcn.mfma.f32.16x16x16f16",
+                    A[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                    BT[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                    acc[T.Ramp(0, 1, 4)], 0, 0, 0)
+            for r in T.unroll(4):
+                C[tx // 16 * 4 + r, tx % 16] = acc[r]
+
+
+@T.prim_func
+def gemm_bf16(A: T.Buffer((16, GEMM_K), "bfloat16"), BT: T.Buffer((16, GEMM_K), "bfloat16"),
+              C: T.Buffer((16, 16), "float32")):
+    for _bx in T.thread_binding(1, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            acc = T.alloc_buffer((4,), "float32", scope="local")
+            # the first step starts from an inline-constant C (0): no zeroing instructions
+            acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin(
+                "float32x4", "llvm.amdgcn.mfma.f32.16x16x16bf16.1k",
+                A[tx % 16, T.Ramp(tx // 16 * 4, 1, 4)], BT[tx % 16, T.Ramp(tx // 16 * 4, 1, 4)],
+                T.Broadcast(T.float32(0), 4), 0, 0, 0)
+            for k in range(1, GEMM_K // 16):
+                acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin(
+                    "float32x4", "llvm.amdgcn.mfma.f32.16x16x16bf16.1k",
+                    A[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                    BT[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                    acc[T.Ramp(0, 1, 4)], 0, 0, 0)
+            for r in T.unroll(4):
+                C[tx // 16 * 4 + r, tx % 16] = acc[r]
+
+
+@T.prim_func
+def gemm_lds_f16(A: T.Buffer((16, GEMM_K), "float16"), B: T.Buffer((GEMM_K, 16), "float16"),
+                 C: T.Buffer((16, 16), "float32")):
+    # A and B (row-major, not transposed) staged through LDS; B is transposed on the way in
+    for _bx in T.thread_binding(1, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            SA = T.alloc_buffer((16, GEMM_K), "float16", scope="shared")
+            SBT = T.alloc_buffer((16, GEMM_K), "float16", scope="shared")
+            acc = T.alloc_buffer((4,), "float32", scope="local")
+            for i in range(16):
+                SA[i, tx] = A[i, tx]
+                SBT[i, tx] = B[tx, i]
+            T.tilewave.lds_barrier()
+            acc[T.Ramp(0, 1, 4)] = T.Broadcast(T.float32(0), 4)
+            for k in range(GEMM_K // 16):
+                acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin(
+                    "float32x4", "llvm.amdgcn.mfma.f32.16x16x16f16",
+                    SA[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                    SBT[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                    acc[T.Ramp(0, 1, 4)], 0, 0, 0)
+            for r in T.unroll(4):
+                C[tx // 16 * 4 + r, tx % 16] = acc[r]

@@ -244,13 +244,56 @@ def test_hazard_is_found_across_a_loop_back_edge():
     assert "s_nop" not in " ".join(out)  # s_branch counts as the wait state
 
 
-def test_mfma_result_read_by_valu_waits_the_conservative_count():
+def test_mfma_result_read_by_valu_waits_eight_wait_states():
     p = prog(
         Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
         Instr("v_mov_b32", [v(9)], [v(5)]),
         Instr("s_endpgm"),
     )
-    assert text(mitigate_hazards(p))[1:4] == ["s_nop 7", "s_nop 7", "s_nop 1"]
+    assert text(mitigate_hazards(p))[1:3] == ["s_nop 7", "v_mov_b32 v9, v5"]
+
+
+def test_one_nop_after_an_mfma_serves_every_later_reader():
+    p = prog(
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
+        Instr("v_mov_b32", [v(8)], [Imm.of_int(0)]),
+        Instr("buffer_store_dword", [], [v(4), v(8), SRD, Imm.of_int(0)], "offen"),
+        Instr("buffer_store_dword", [], [v(5), v(8), SRD, Imm.of_int(0)], "offen offset:4"),
+        Instr("s_endpgm"),
+    )
+    out = text(mitigate_hazards(p))
+    assert out[1:3] == ["v_mov_b32 v8, 0", "s_nop 6"]
+    assert sum(ln.startswith("s_nop") for ln in out) == 1
+
+
+def test_chained_mfma_accumulator_needs_no_nop_but_valu_operand_needs_two():
+    chained = prog(
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), Imm.of_int(0)]),
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
+        Instr("s_endpgm"),
+    )
+    assert "s_nop" not in " ".join(text(mitigate_hazards(chained)))
+    valu_operand = prog(
+        Instr("v_mov_b32", [v(1)], [Imm.of_int(0)]),
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
+        Instr("s_endpgm"),
+    )
+    assert text(mitigate_hazards(valu_operand))[1] == "s_nop 1"
+
+
+def test_mfma_result_as_next_mfma_operand_or_overwritten_from_a_constant_waits():
+    as_a = prog(
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
+        Instr("v_mfma_f32_16x16x16_f16", [v(8, 4)], [v(4, 2), v(2, 2), v(8, 4)]),
+        Instr("s_endpgm"),
+    )
+    assert text(mitigate_hazards(as_a))[1] == "s_nop 7"
+    restart = prog(
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
+        Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), Imm.of_int(0)]),
+        Instr("s_endpgm"),
+    )
+    assert text(mitigate_hazards(restart))[1] == "s_nop 7"
 
 
 # -- peephole ------------------------------------------------------------------------------

@@ -18,13 +18,21 @@ VALU writes VGPR                       ``v_readfirstlane/readlane``  1
 VALU writes SGPR                       VMEM reads that SGPR         5
 transcendental VALU (``v_rcp``...)     non-trans VALU reads result  1
 ``buffer_store`` of > 64 bits          VALU overwrites its data     1
-VALU writes VGPR                       MFMA reads it                2
-MFMA writes VGPR                       non-MFMA reads/writes it     18 (*)
+VALU writes VGPR                       MFMA reads it                2 (*)
+MFMA writes VGPR                       non-MFMA reads/writes it;    8 (*)
+                                       MFMA reads it as A/B (or
+                                       overwrites it from another C)
 SALU writes M0                         ``buffer_load ... lds``      1
 =====================================  ==========================  ===========
 
-(*) 18 is the largest gfx940 requirement for reading an XDL result (32x32, 16 passes);
-the 16x16 MFMAs tilewave emits need fewer. It is safe, not minimal.
+(*) Checked against LLVM's GCNHazardRecognizer by compiling probe kernels with TVM's
+LLVM 22 and triton's LLVM (tests/codegen/amdgcn/test_amdgcn_mfma_hazards.py): LLVM puts 2
+wait states between a VALU write and an MFMA reading it (gfx942 and gfx950), 7 (gfx942) /
+8 (gfx950) between a 16x16x16 f16/bf16 MFMA (4 passes) and a VALU, VMEM or MFMA-A/B read of
+its result, and none between MFMAs chained through the same accumulator (C == D). One
+table serves both targets, so the MFMA result rule uses gfx950's 8 (one more than gfx942
+needs). The selector only emits MFMAs whose C is D itself or an inline constant, so
+LLVM's SrcC write-after-read rule never applies.
 """
 
 from __future__ import annotations
@@ -85,6 +93,19 @@ def _store_data(ins: Instr) -> Units:
     return set()
 
 
+def _mfma_result_consumer(ins: Instr) -> Units:
+    unit = _unit(ins)
+    if unit == "mfma":
+        # D = A*B + C chained through the same registers (C is D) is interlocked; A/B reads
+        # and a D overwritten from an inline-constant C are not.
+        a, b, c = ins.uses[:3]
+        chained = isinstance(c, PReg) and ins.defs and c == ins.defs[0]
+        return _regs([a, b], "v") | (set() if chained else _regs(ins.defs, "v"))
+    if unit in ("salu", "branch", "wait", "barrier", "smem", "misc"):
+        return set()
+    return _regs(ins.uses, "v") | _regs(ins.defs, "v")
+
+
 HAZARD_RULES: tuple[HazardRule, ...] = (
     HazardRule(
         "valu-write-vgpr-readlane",
@@ -121,12 +142,8 @@ HAZARD_RULES: tuple[HazardRule, ...] = (
     HazardRule(
         "mfma-result-read",
         lambda p: _regs(p.defs, "v") if _unit(p) == "mfma" else set(),
-        lambda c: (
-            (_regs(c.uses, "v") | _regs(c.defs, "v"))
-            if _unit(c) not in ("mfma", "salu", "branch", "wait", "barrier", "smem", "misc")
-            else set()
-        ),
-        18,
+        lambda c: _mfma_result_consumer(c),
+        8,
     ),
     HazardRule(
         "salu-write-m0-lds-dma",
@@ -186,22 +203,26 @@ def _shortfall(body: list[Instr | Label], preds: list[list[int]], pos: int) -> i
 
 
 def mitigate_hazards(program: Program) -> Program:
-    """Return ``program`` (physical registers) with ``s_nop`` inserted before each hazard."""
+    """Return ``program`` (physical registers) with ``s_nop`` inserted before each hazard.
+
+    Instructions are visited in layout order and each shortfall is measured on the body with
+    the ``s_nop`` already inserted before it, so one ``s_nop`` after a producer serves every
+    later consumer instead of each consumer adding its own.
+    """
     body = list(program.body)
-    while True:
-        preds = _predecessors(body)
-        inserted = False
-        out: list[Instr | Label] = []
-        for pos, ins in enumerate(body):
-            if isinstance(ins, Instr):
-                missing = _shortfall(body, preds, pos)
-                while missing > 0:
-                    n = min(missing, 8)
-                    out.append(Instr("s_nop", uses=[Imm.of_int(n - 1)], comment="hazard"))
-                    missing -= n
-                    inserted = True
-            out.append(ins)
-        body = out
-        if not inserted:
-            break
+    preds = _predecessors(body)
+    pos = 0
+    while pos < len(body):
+        ins = body[pos]
+        missing = _shortfall(body, preds, pos) if isinstance(ins, Instr) else 0
+        if missing > 0:
+            nops = []
+            while missing > 0:
+                n = min(missing, 8)
+                nops.append(Instr("s_nop", uses=[Imm.of_int(n - 1)], comment="hazard"))
+                missing -= n
+            body[pos:pos] = nops
+            preds = _predecessors(body)
+            pos += len(nops)
+        pos += 1
     return replace(program, body=body)

@@ -47,7 +47,8 @@ SRD_WORD3 = 0x00020000  # gfx9 buffer descriptor dword 3: DATA_FORMAT = 32 bits
 MAX_BUFFER_OFFSET = 4095  # MUBUF 12-bit unsigned offset field
 MAX_DS_OFFSET = 65535  # DS 16-bit unsigned offset field
 
-_ELEM_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2}
+# uint16: TVM's lowering stores bfloat16 buffers as uint16 (BF16 storage legalisation)
+_ELEM_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "uint16": 2}
 _INT_TYPES = ("int32", "uint32")
 _FLOAT_TYPES = ("float32", "float16")
 
@@ -113,6 +114,7 @@ _MFMA = {
     "llvm.amdgcn.mfma.f32.16x16x16f16": ("v_mfma_f32_16x16x16_f16", "float16"),
     "llvm.amdgcn.mfma.f32.16x16x16bf16.1k": ("v_mfma_f32_16x16x16_bf16", "bfloat16"),
 }
+_MFMA_NAMES = {dtype: opcode for opcode, dtype in _MFMA.values()}
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ class _Buffer:
     shape: tuple[int, ...]
     srd: VReg | None = None  # global
     lds_offset: int = 0  # shared
-    regs: list[VReg] | None = None  # local
+    regs: list[Operand] | None = None  # local: one register (or range element) per element
 
     @property
     def elem_bytes(self) -> int:
@@ -197,6 +199,7 @@ class _Selector:
         self.lane: tuple[object, int] | None = None
         self.stmt: object = None
         self.pointers: dict[object, int] = {}  # handle parameter -> kernarg offset
+        self.vector_locals: set[object] = set()  # local buffers accessed with a Ramp index
 
     # -- emission helpers -------------------------------------------------------------
     def emit(
@@ -272,7 +275,7 @@ class _Selector:
             out.append(op)
         return out
 
-    def valu(self, opcode: str, srcs: list[Operand], dst: VReg | None = None) -> VReg:
+    def valu(self, opcode: str, srcs: list[Operand], dst: Operand | None = None) -> Operand:
         out = dst or self.vreg("v")
         self.emit(opcode, [out], self.legal_valu(opcode, srcs))
         return out
@@ -343,7 +346,7 @@ class _Selector:
         if dtype not in _ELEM_BYTES:
             raise self.error(
                 f"buffer {what} has dtype {dtype}",
-                "The AMDGCN backend handles float32, float16, bfloat16 and int32.",
+                "The AMDGCN backend handles float32, float16, bfloat16 (uint16 storage) and int32.",
             )
 
     def scan_launch(self) -> None:
@@ -352,6 +355,12 @@ class _Selector:
         def visit(node: object) -> None:
             if isinstance(node, tirx.For) and node.thread_binding is not None:
                 tags[str(node.thread_binding.thread_tag)] = int(node.extent)
+            if isinstance(node, tirx.BufferStore | ir.expr.TensorLoad):
+                buf = node.buffer if isinstance(node, tirx.BufferStore) else node.source
+                if str(buf.ty.storage_scope) == "local" and any(
+                    isinstance(i, tirx.Ramp) for i in node.indices
+                ):
+                    self.vector_locals.add(buf)
             if isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
                 tags[str(node.node.thread_tag)] = int(node.value)
 
@@ -460,7 +469,13 @@ class _Selector:
                     f"local buffer '{var.name}' has {buf.numel} elements",
                     "Local buffers live in VGPRs; keep them at most 256 elements.",
                 )
-            buf.regs = [self.vreg("v") for _ in range(buf.numel)]
+            if var in self.vector_locals:
+                # read/written as a vector (an MFMA fragment): one even-aligned range, so a
+                # slice of it is a legal VGPR tuple and the accumulator chains in place
+                whole = VReg("v", buf.numel, 2, name=var.name)
+                buf.regs = [Sub(whole, i) for i in range(buf.numel)]
+            else:
+                buf.regs = [self.vreg("v") for _ in range(buf.numel)]
         else:
             raise self.error(
                 f"buffer '{var.name}' has scope {buf.scope}",
@@ -590,6 +605,9 @@ class _Selector:
                              "The AMDGCN backend knows llvm.amdgcn.s.barrier and s.waitcnt.")
 
     def s_BufferStore(self, node: tirx.BufferStore) -> None:
+        if _intrin_name_of(node.value) in _MFMA:
+            self.mfma(node)
+            return
         if any(isinstance(i, tirx.Ramp) for i in node.indices):
             self.ramp_store(node)
             return
@@ -731,7 +749,7 @@ class _Selector:
             return "cast", [expr.value], dtype
         return None
 
-    def expr(self, expr: object, hint: VReg | None = None) -> Value:
+    def expr(self, expr: object, hint: Operand | None = None) -> Value:
         if isinstance(expr, tirx.IntImm):
             return Value(Imm.of_int(expr.value), str(expr.ty))
         if isinstance(expr, tirx.FloatImm):
@@ -763,7 +781,7 @@ class _Selector:
         kind, children, dtype = plan
         return self.apply(kind, [self.expr(c) for c in children], dtype, hint)
 
-    def apply(self, kind: str, args: list[Value], dtype: str, hint: VReg | None = None) -> Value:
+    def apply(self, kind: str, args: list[Value], dtype: str, hint: Operand | None = None) -> Value:
         if kind == "cast":
             return self.cast(args[0], dtype, hint)
         if dtype in _FLOAT_TYPES:
@@ -819,7 +837,7 @@ class _Selector:
         self.emit(sop, [out], [a.op, b.op])
         return Value(out, a.dtype)
 
-    def into(self, value: Value, hint: VReg | None) -> Value:
+    def into(self, value: Value, hint: Operand | None) -> Value:
         if hint is None:
             return value
         self.emit("v_mov_b32", [hint], [value.op])
@@ -831,7 +849,7 @@ class _Selector:
             return self.to_vgpr(op)
         return op
 
-    def cast(self, value: Value, dtype: str, hint: VReg | None) -> Value:
+    def cast(self, value: Value, dtype: str, hint: Operand | None) -> Value:
         if value.dtype == dtype or (value.dtype in _INT_TYPES and dtype in _INT_TYPES):
             return self.into(Value(value.op, dtype), hint)
         if isinstance(value.op, Imm) and value.dtype in _INT_TYPES and dtype in _FLOAT_TYPES:
@@ -876,16 +894,119 @@ class _Selector:
         self.emit(opcode, [out], self.legal_valu(opcode, [a.op, b.op]))
         return out
 
-    def llvm_intrin(self, call: ir.expr.Call, hint: VReg | None) -> Value:
+    def llvm_intrin(self, call: ir.expr.Call, hint: Operand | None) -> Value:
         name = _intrin_name(call)
         if name not in _MFMA:
             raise self.error(
                 f"LLVM intrinsic {name or call.args[0]}", f"The backend knows {', '.join(_MFMA)}."
             )
         raise self.error(
-            "MFMA through call_llvm_pure_intrin is not implemented yet",
-            "Use the LLVM ROCm backend for MFMA kernels for now.",
+            f"{name} used inside an expression",
+            "Store the MFMA result straight into a local accumulator: "
+            "acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin('float32x4', ...).",
         )
+
+    # -- matrix cores ----------------------------------------------------------------------
+    def mfma(self, node: tirx.BufferStore) -> None:
+        """``acc[T.Ramp(c, 1, 4)] = call_llvm_pure_intrin("float32x4", "llvm.amdgcn.mfma...",
+        a, b, acc[T.Ramp(c, 1, 4)], 0, 0, 0)``: one ``v_mfma`` whose D and C are the same
+        four registers of ``acc`` (the accumulator chains without copies)."""
+        call = node.value
+        name = _intrin_name(call)
+        opcode, in_dtype = _MFMA[name]
+        args = list(call.args)[1:]
+        if len(args) != 6 or any(_const(x) != 0 for x in args[3:]):
+            raise self.error(
+                f"{name} with operands {', '.join(str(x) for x in args[3:])} after a, b, c",
+                "Pass a, b, c and then cbsz=0, abid=0, blgp=0 (no broadcast modifiers).",
+            )
+        dst = self.accumulator(node.buffer, node.indices, "destination")
+        a = self.mfma_fragment(args[0], in_dtype, "A")
+        b = self.mfma_fragment(args[1], in_dtype, "B")
+        c = self.mfma_accumulator_in(args[2], dst)
+        self.emit(opcode, [dst], [a, b, c], comment=name)
+
+    def accumulator(self, var: object, indices: object, what: str) -> Sub:
+        """Four consecutive elements of a float32 local buffer, as a VGPR tuple."""
+        buf = self.buffer(var)
+        indices = list(indices)
+        ramp = indices[0] if len(indices) == 1 else None
+        base = _const(ramp.base) if isinstance(ramp, tirx.Ramp) else None
+        if (
+            buf.scope != "local"
+            or buf.dtype != "float32"
+            or base is None
+            or _const(ramp.stride) != 1
+            or int(ramp.lanes) != 4
+            or base % 4
+            or base + 4 > buf.numel
+        ):
+            raise self.error(
+                f"MFMA {what} '{var.name}' is not four float32 elements of a local buffer at a "
+                "constant multiple of 4",
+                "Use acc[T.Ramp(4 * i, 1, 4)] of a T.alloc_buffer((4 * n,), 'float32', "
+                "scope='local').",
+            )
+        assert buf.regs is not None
+        first = buf.regs[base]
+        assert isinstance(first, Sub)
+        return Sub(first.reg, base, 4)
+
+    def mfma_accumulator_in(self, expr: object, dst: Sub) -> Operand:
+        """The C operand: ``dst`` itself or an inline constant (0 for a fresh tile).
+
+        Another slice or a literal is first copied into ``dst``: with C always D (or an
+        inline constant), no VALU can overwrite a C the MFMA is still reading, a hazard
+        the hazard table then need not model.
+        """
+        source: list[Operand]
+        if isinstance(expr, tirx.Broadcast) and isinstance(expr.value, tirx.FloatImm):
+            value = Imm.of_float(expr.value.value, "float32")
+            if value.is_inline:
+                return value
+            source = [value] * 4
+        elif isinstance(expr, ir.expr.TensorLoad):
+            c = self.accumulator(expr.source, expr.indices, "accumulator input")
+            if c == dst:
+                return dst
+            source = [Sub(c.reg, c.index + i) for i in range(4)]
+        else:
+            raise self.error(
+                f"MFMA accumulator input {type(expr).__name__}",
+                "Pass the accumulator (acc[T.Ramp(0, 1, 4)]) or T.Broadcast(T.float32(0), 4).",
+            )
+        for i, op in enumerate(source):
+            self.emit("v_mov_b32", [Sub(dst.reg, dst.index + i)], [op])
+        return dst
+
+    def mfma_fragment(self, expr: object, dtype: str, which: str) -> Operand:
+        """An A/B operand: four 16-bit values loaded as one 8-byte access into a 2-VGPR tuple."""
+        expr = _bf16_storage_load(expr)
+        ramp = None
+        if isinstance(expr, ir.expr.TensorLoad):
+            indices = list(expr.indices)
+            ramp = indices[-1] if indices and isinstance(indices[-1], tirx.Ramp) else None
+        if ramp is None or _const(ramp.stride) != 1 or int(ramp.lanes) != 4:
+            raise self.error(
+                f"MFMA operand {which} is not a contiguous 4-element load",
+                f"Pass {which} as X[..., T.Ramp(k, 1, 4)] of a {dtype} global or shared buffer.",
+            )
+        buf = self.buffer(expr.source)
+        storage = ("bfloat16", "uint16") if dtype == "bfloat16" else (dtype,)
+        if buf.dtype not in storage or buf.scope == "local":
+            raise self.error(
+                f"MFMA operand {which} reads {buf.scope} {buf.dtype} buffer '{expr.source.name}'",
+                f"{_MFMA_NAMES[dtype]} takes {dtype} fragments from global or shared memory.",
+            )
+        flat = self.flat_index(buf, [*indices[:-1], ramp.base])
+        if self.bits.facts(flat).tz < 2:
+            raise self.error(
+                f"MFMA operand {which} index {flat} is not provably a multiple of 4",
+                "Fragments are read as one 8-byte access; make the K offset a multiple of 4.",
+            )
+        regs = VReg("v", 2, 2)
+        self.memory_op(buf, expr.source, flat, regs, 8, store=False)
+        return regs
 
     # -- memory --------------------------------------------------------------------------
     def buffer(self, var: object) -> _Buffer:
@@ -907,7 +1028,7 @@ class _Selector:
             flat = flat * tirx.IntImm("int32", dim) + idx
         return flat
 
-    def local_slot(self, buf: _Buffer, indices: object) -> VReg | None:
+    def local_slot(self, buf: _Buffer, indices: object) -> Operand | None:
         if buf.scope != "local":
             return None
         flat = self.flat_index(buf, indices)
@@ -1012,6 +1133,38 @@ class _Selector:
             self.emit(_DS_WRITE[size], [], [addr, data], mods)
         else:
             self.emit(_DS_READ[size], [data], [addr], mods)
+
+
+def _bf16_storage_load(expr: object) -> object:
+    """Undo TVM's bfloat16 legalisation of an MFMA operand.
+
+    ``BF16ComputeLegalize`` widens a ``bfloat16x4`` load of a (now ``uint16``) buffer to
+    ``reinterpret("float32x4", Cast("uint32x4", X[ramp]) << 16)``; the MFMA wants the raw
+    16-bit values, so the load itself is returned. Anything else is returned unchanged.
+    """
+    if not (isinstance(expr, ir.expr.Call) and str(expr.op.name) == "tirx.reinterpret"):
+        return expr
+    shifted = expr.args[0]
+    if not isinstance(shifted, tirx.LShift):
+        return expr
+    widened, amount = shifted.a, shifted.b
+    amount = amount.value if isinstance(amount, tirx.Broadcast) else amount
+    if isinstance(widened, tirx.Cast) and _const(amount) == 16:
+        load = widened.value
+        if isinstance(load, ir.expr.TensorLoad) and str(load.ty).startswith("uint16"):
+            return load
+    return expr
+
+
+def _intrin_name_of(expr: object) -> str:
+    """The LLVM intrinsic ``expr`` calls, or "" when it is not a ``call_llvm_(pure_)intrin``."""
+    if (
+        isinstance(expr, ir.expr.Call)
+        and isinstance(expr.op, ir.Op)
+        and str(expr.op.name) in ("tirx.call_llvm_pure_intrin", "tirx.call_llvm_intrin")
+    ):
+        return _intrin_name(expr)
+    return ""
 
 
 def _intrin_name(call: ir.expr.Call) -> str:
