@@ -145,3 +145,19 @@ def gemm_lds_f16(A: T.Buffer((16, GEMM_K), "float16"), B: T.Buffer((GEMM_K, 16),
                     acc[T.Ramp(0, 1, 4)], 0, 0, 0)
             for r in T.unroll(4):
                 C[tx // 16 * 4 + r, tx % 16] = acc[r]
+
+
+@T.prim_func
+def block_sum_tree(A: T.Buffer((4, 256), "float32"), B: T.Buffer((4,), "float32")):
+    # one workgroup (4 waves) per row: LDS tree reduction, halving the active threads
+    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        for tx in T.thread_binding(256, thread="threadIdx.x"):
+            S = T.alloc_buffer((256,), "float32", scope="shared")
+            S[tx] = A[bx, tx]
+            T.tilewave.lds_barrier()
+            for i in range(8):
+                if tx < T.shift_right(128, i):
+                    S[tx] = S[tx] + S[tx + T.shift_right(128, i)]
+                T.tilewave.lds_barrier()
+            if tx == 0:
+                B[bx] = S[0]

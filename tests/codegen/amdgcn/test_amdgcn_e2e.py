@@ -108,6 +108,11 @@ def _case_gemm_lds_f16():
     return [a, b, c], (1, 1, 1), (64, 1, 1), ref, 2
 
 
+def _case_block_sum_tree():
+    a, b = _f32(4, 256), np.zeros(4, np.float32)
+    return [a, b], (4, 1, 1), (256, 1, 1), lambda: a.astype(np.float64).sum(axis=1), 1
+
+
 CASES = {name[len("_case_"):]: fn for name, fn in globals().items() if name.startswith("_case_")}
 
 
@@ -231,3 +236,15 @@ def test_build_asm_writes_assembly_and_code_object(tmp_path):
 def test_emit_returns_the_assembly_text():
     text = amdgcn.emit(kernels.copy_f32, target="gfx942")
     assert ".amdhsa_kernel copy_f32_kernel" in text and "s_endpgm" in text
+
+
+def test_tree_reduction_needs_its_barriers_on_the_simulator():
+    """Drop the barrier inside the reduction loop: the waves (run one after another between
+    barriers) then read partial sums other waves have not produced yet, and the sum is off."""
+    asm = compiled("block_sum_tree").asm
+    lines = asm.splitlines()
+    loop_barrier = [i for i, ln in enumerate(lines) if ln.strip() == "s_barrier"][1]
+    del lines[loop_barrier]
+    args, grid, wg, ref, out_index = CASES["block_sum_tree"]()
+    simulate("\n".join(lines), args, grid, wg)
+    assert not np.allclose(args[out_index], ref(), rtol=1e-3, atol=1e-3)

@@ -88,6 +88,8 @@ _TIR_BINARY = {
     tirx.Max: "max",
     tirx.FloorDiv: "floordiv",
     tirx.FloorMod: "floormod",
+    tirx.LShift: "shl",
+    tirx.RShift: "ashr",
 }
 _TIR_CALL_BINARY = {
     "tirx.bitwise_and": "and",
@@ -731,6 +733,8 @@ class _Selector:
         if cls in _TIR_BINARY:
             kind = _TIR_BINARY[cls]
             a, b = expr.a, expr.b
+            if kind == "ashr" and dtype == "uint32":
+                kind = "lshr"
             if dtype in _FLOAT_TYPES and kind == "add":
                 for mul, other in ((a, b), (b, a)):
                     if isinstance(mul, tirx.Mul):  # contract a*b+c into one FMA
