@@ -7,6 +7,7 @@
     tilewave lower kernel.py --target sm_90a       # IR diff before/after lowering
     tilewave lower kernel.py --target gfx942 --emit source --dump-ir dumps/ --timing
     tilewave lower --list-passes --target gfx1200  # the pass list for a target
+    tilewave build kernel.py --target gfx942 --backend asm --out out/  # .s + .hsaco
 """
 
 from __future__ import annotations
@@ -208,6 +209,27 @@ def _cmd_lower(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+_SOURCE_SUFFIX = {"cuda": ".cu", "amdgcn": ".s"}
+
+
+def _cmd_build(args: argparse.Namespace, out: TextIO) -> int:
+    mod = load_kernels(args.file, args.func)
+    out_dir = Path(args.out)
+    stem = args.func or Path(args.file).stem
+    if args.backend == "asm":
+        from tilewave.codegen.amdgcn import build_asm
+
+        asm_path, hsaco_path = build_asm(mod, args.target, out_dir)
+        out.write(f"wrote {asm_path}\nwrote {hsaco_path}\n")
+        return 0
+    result = build(mod, args.target, instruments=_instruments(args))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stem}{_SOURCE_SUFFIX[result.source_language]}"
+    path.write_text(result.source)
+    out.write(f"wrote {path}\n")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from tilewave.examples_builtin import BUILTIN_KERNELS
 
@@ -294,6 +316,21 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("targets", help="print the targets tilewave knows")
 
+    build_cmd = sub.add_parser("build", help="compile a kernel file and write the device code")
+    build_cmd.add_argument("file", help="Python file defining a @T.prim_func or IRModule")
+    build_cmd.add_argument("--target", required=True, help="target name, e.g. sm_90a or gfx942")
+    build_cmd.add_argument("--func", help="which kernel of the file to build")
+    build_cmd.add_argument(
+        "--backend",
+        choices=["llvm", "asm"],
+        default="llvm",
+        help="llvm (default): TVM's codegen after tilewave.lower, writes CUDA C (.cu) or "
+        "AMDGCN assembly (.s); asm: tilewave's own AMDGCN backend (gfx942, gfx950), writes "
+        "<kernel>.s and the linked <kernel>.hsaco",
+    )
+    build_cmd.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    debug_flags(build_cmd)
+
     demo = sub.add_parser("demo", help="lower the built-in kernels for every target")
     demo.add_argument("--target", action="append", help="only this target (repeatable)")
     demo.add_argument("--kernel", action="append", help="only this built-in kernel (repeatable)")
@@ -311,7 +348,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the ``tilewave`` command; returns the exit status (1 after a TilewaveError)."""
     args = _parser().parse_args(argv)
     stream = out or sys.stdout
-    commands = {"lower": _cmd_lower, "targets": _cmd_targets, "demo": _cmd_demo}
+    commands = {
+        "lower": _cmd_lower,
+        "targets": _cmd_targets,
+        "demo": _cmd_demo,
+        "build": _cmd_build,
+    }
     try:
         return commands[args.command](args, stream)
     except TilewaveError as err:
