@@ -48,6 +48,8 @@ class TargetInfo:
         vmem_wait_counter: how a wave waits for its outstanding vector-memory loads (AMD):
             ``"vmcnt"`` (gfx9 ``s_waitcnt vmcnt(n)``) or ``"loadcnt"`` (gfx12
             ``s_wait_loadcnt n``); ``None`` for NVIDIA.
+        lds_dma_max_bytes: widest per-lane ``buffer_load ... lds`` (global -> LDS without
+            VGPRs) the ISA has: 4 on gfx942 (dword), 16 on gfx950 (dwordx4); 0 if none.
     """
 
     name: str
@@ -67,6 +69,7 @@ class TargetInfo:
     vmem_wait_counter: Literal["vmcnt", "loadcnt"] | None = None
     asm_isa: Literal["cdna3"] | None = None
     sgpr_reserved: int = 0
+    lds_dma_max_bytes: int = 0
 
     @property
     def is_cuda(self) -> bool:
@@ -122,12 +125,14 @@ _GFX942 = TargetInfo(
     vmem_wait_counter="vmcnt",
     asm_isa="cdna3",
     sgpr_reserved=6,  # VCC, FLAT_SCRATCH, XNACK_MASK: the assembler counts them on top
+    lds_dma_max_bytes=4,
 )
 _GFX950 = replace(
     _GFX942,
     name="gfx950",
     shared_memory_bytes=163840,  # 160 KiB LDS on MI350
     async_lds_copy="buffer_load_lds",
+    lds_dma_max_bytes=16,
 )
 _GFX1200 = TargetInfo(
     name="gfx1200",

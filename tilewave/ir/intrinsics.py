@@ -104,6 +104,8 @@ _EXACT: dict[str, OpEffect] = {
     "tilewave.barrier_wait": E.BARRIER,
     "tilewave.wait_async_ops": E.ASYNC_WAIT,
     "tilewave.fence_proxy_async": E.FENCE_PROXY,
+    # gfx9 LDS DMA (buffer_load ... lds): global -> LDS without VGPRs, completes on vmcnt
+    "llvm.amdgcn.global.load.lds": E.GENERIC_SHARED | E.ASYNC_COPY | E.WRITES_SHARED,
 }
 
 # (prefix, effect): the longest matching prefix wins.
@@ -252,6 +254,11 @@ def callee_name(call: ir.expr.Call) -> str:
         first = call.args[0]
         if isinstance(first, ir.expr.StringImm):
             return first.value
+        if op_name.startswith("tirx.call_llvm") and type(first).__name__ == "IntImm":
+            # TVMScript stores an LLVM intrinsic as its numeric id
+            from tvm.target import codegen
+
+            return str(codegen.llvm_get_intrinsic_name(first.value)) or op_name
     return op_name
 
 

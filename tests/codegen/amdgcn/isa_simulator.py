@@ -155,6 +155,7 @@ class Wave:
     vgpr: np.ndarray = field(default_factory=lambda: np.zeros((256, LANES), dtype=np.uint32))
     exec: int = (1 << LANES) - 1
     scc: int = 0
+    m0: int = 0
     pc: int = 0
     done: bool = False
     pending: list[Pending] = field(default_factory=list)
@@ -204,6 +205,8 @@ class Simulator:
     def sval(self, w: Wave, text: str, wide: bool = False) -> int:
         if text == "exec":
             return w.exec
+        if text == "m0":
+            return w.m0
         r = _reg(text)
         if r is not None:
             cls, idx, width = r
@@ -242,6 +245,9 @@ class Simulator:
     def sdst(self, w: Wave, text: str, value: int) -> None:
         if text == "exec":
             w.exec = value & ((1 << 64) - 1)
+            return
+        if text == "m0":
+            w.m0 = value & 0xFFFFFFFF
             return
         r = _reg(text)
         if r is None or r[0] != "s":
@@ -368,7 +374,7 @@ class Simulator:
         if op in _SALU or op.startswith("s_cmp_") or op == "s_and_saveexec_b64":
             self.salu(w, ins)
             return None
-        if op in _VALU or op.startswith("v_cmp_"):
+        if op in _VALU or op.startswith("v_cmp_") or op == "v_readfirstlane_b32":
             self.valu(w, ins)
             return None
         raise SimulationError(f"unsupported instruction `{ins.line}`")
@@ -594,8 +600,35 @@ def _buffer_addresses(sim: Simulator, w: Wave, ins: Inst, vaddr: str, srsrc: str
     return offs, base, num_records
 
 
+def _buffer_load_lds(sim: Simulator, w: Wave, ins: Inst, size: int) -> None:
+    """LDS DMA: lane l's ``size`` bytes land in LDS at M0 + offset + l * size, not in VGPRs;
+    the LDS write happens when vmcnt retires the load."""
+    vaddr, srsrc, soffset = ins.operands
+    offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
+    lds_base = w.m0 + int(ins.mods.get("offset", 0))
+    writes = []
+    for lane in np.nonzero(w.exec_mask())[0]:
+        off = int(offs[lane])
+        data = sim.memory.read(base + off, size) if 0 <= off and off + size <= nrec \
+            else bytes(size)
+        addr = lds_base + int(lane) * size
+        if addr + size > len(sim.lds):
+            raise SimulationError(f"`{ins.line}`: LDS DMA address {addr} out of range")
+        writes.append((addr, data))
+
+    def apply() -> None:
+        for addr, data in writes:
+            sim.lds[addr:addr + size] = np.frombuffer(data, dtype=np.uint8)
+
+    # several DMAs may be in flight (they retire in order): no pending check against LDS
+    w.pending.append(Pending("vm", False, {("lds", 0)}, apply, ins.line))
+
+
 def _buffer_load(sim: Simulator, w: Wave, ins: Inst) -> None:
     size = _BUF_SIZE[ins.opcode.split("_")[-1]]
+    if ins.mods.get("lds"):
+        _buffer_load_lds(sim, w, ins, size)
+        return
     dst, vaddr, srsrc, soffset = ins.operands
     offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
     mask = w.exec_mask()
@@ -648,6 +681,7 @@ def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
     else:
         data_reg, addr_reg = ins.operands
     addr = sim.vsrc(w, addr_reg).astype(np.int64) + int(ins.mods.get("offset", 0))
+    sim.check_pending(w, [("lds", 0)])
     d = _reg(data_reg)
     assert d is not None
     mask = w.exec_mask()

@@ -161,3 +161,31 @@ def block_sum_tree(A: T.Buffer((4, 256), "float32"), B: T.Buffer((4,), "float32"
                 T.tilewave.lds_barrier()
             if tx == 0:
                 B[bx] = S[0]
+
+
+# -- LDS DMA (buffer_load ... lds): global -> LDS without VGPRs ------------------------------
+@T.prim_func
+def lds_dma_reverse(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
+    # two waves: each copies its 64 floats to LDS at its own base, then reads the other half
+    for _bx in T.thread_binding(1, thread="blockIdx.x"):
+        for tx in T.thread_binding(128, thread="threadIdx.x"):
+            S = T.alloc_buffer((128,), "float32", scope="shared")
+            T.call_llvm_intrin("void", "llvm.amdgcn.global.load.lds", T.address_of(A[tx]),
+                               T.address_of(S[tx // 64 * 64]), 4, 0, 0)
+            T.tilewave.wait_async_ops(0)
+            T.tilewave.lds_barrier()
+            B[tx] = S[127 - tx] * T.float32(2)
+
+
+@T.prim_func
+def lds_dma_x4(A: T.Buffer((4, 256), "float32"), B: T.Buffer((4, 256), "float32")):
+    # gfx950: 16 bytes per lane; workgroup bx stages row bx (offset by a uniform soffset)
+    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            S = T.alloc_buffer((256,), "float32", scope="shared")
+            T.call_llvm_intrin("void", "llvm.amdgcn.global.load.lds",
+                               T.address_of(A[bx, tx * 4]), T.address_of(S[0]), 16, 0, 0)
+            T.tilewave.wait_async_ops(0)
+            T.tilewave.lds_barrier()
+            for j in range(4):
+                B[bx, j * 64 + tx] = S[tx * 4 + j]

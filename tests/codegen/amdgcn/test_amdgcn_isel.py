@@ -78,3 +78,26 @@ def test_per_thread_loop_bound_is_rejected():
 def test_non_cdna_target_is_rejected():
     with pytest.raises(TargetFeatureError, match="gfx1200 is not a CDNA3 target"):
         amdgcn.emit(kernels.copy_f32, target="gfx1200")
+
+
+@T.prim_func
+def lds_dma_size_8(A: T.Buffer((128,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        T.call_llvm_intrin("void", "llvm.amdgcn.global.load.lds", T.address_of(A[tx * 2]),
+                           T.address_of(S[0]), 8, 0, 0)
+        T.tilewave.wait_async_ops(0)
+        T.tilewave.lds_barrier()
+        B[tx] = S[tx]
+
+
+def test_dwordx4_lds_dma_on_gfx942_names_the_target_and_the_fix():
+    with pytest.raises(TargetFeatureError,
+                       match=r"lds_dma_x4_kernel.*16-byte LDS DMA .* does not exist on gfx942 "
+                             r"\(widest: 4 bytes\); copy 4 bytes per lane or target gfx950"):
+        body(kernels.lds_dma_x4, "gfx942")
+
+
+def test_lds_dma_of_an_unsupported_size_is_rejected():
+    with pytest.raises(MalformedKernelError, match=r"lds_dma_size_8_kernel.*size 4 or 16"):
+        body(lds_dma_size_8, "gfx950")

@@ -148,7 +148,7 @@ HAZARD_RULES: tuple[HazardRule, ...] = (
     HazardRule(
         "salu-write-m0-lds-dma",
         lambda p: _regs(p.defs, "m0") if _unit(p) == "salu" else set(),
-        lambda c: {("m0", 0)} if c.opcode == "buffer_load_dword_lds" else set(),
+        lambda c: {("m0", 0)} if c.opcode.endswith("_lds") else set(),
         1,
     ),
 )

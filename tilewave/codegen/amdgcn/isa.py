@@ -115,8 +115,10 @@ _TABLE.update(
             "buffer_store_dwordx2",
             "buffer_store_dwordx4",
             "buffer_store_short",
-            # gfx950 gather-to-LDS: the data goes to LDS (M0 + lane offset), not to a VGPR.
+            # LDS DMA (gather-to-LDS): the data goes to LDS (M0 + lane offset), not to a
+            # VGPR. dword on gfx942 and gfx950, dwordx4 on gfx950 only.
             "buffer_load_dword_lds",
+            "buffer_load_dwordx4_lds",
         )
     }
 )

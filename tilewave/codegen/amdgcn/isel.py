@@ -117,6 +117,7 @@ _MFMA = {
     "llvm.amdgcn.mfma.f32.16x16x16bf16.1k": ("v_mfma_f32_16x16x16_bf16", "bfloat16"),
 }
 _MFMA_NAMES = {dtype: opcode for opcode, dtype in _MFMA.values()}
+_LDS_DMA = {4: "buffer_load_dword_lds", 16: "buffer_load_dwordx4_lds"}
 
 
 @dataclass(frozen=True)
@@ -599,12 +600,73 @@ class _Selector:
         name = _intrin_name(call)
         if name == "llvm.amdgcn.s.barrier":
             self.emit("s_barrier")
+        elif name == "llvm.amdgcn.global.load.lds":
+            self.lds_dma(call)
         elif name == "llvm.amdgcn.s.waitcnt" and _const(call.args[-1]) is not None:
             self.emit("s_waitcnt", mods=_decode_waitcnt(_const(call.args[-1])),
                       comment="wait_async_ops")
         else:
             raise self.error(f"LLVM intrinsic {name} as a statement",
-                             "The AMDGCN backend knows llvm.amdgcn.s.barrier and s.waitcnt.")
+                             "The AMDGCN backend knows llvm.amdgcn.s.barrier, s.waitcnt and "
+                             "global.load.lds.")
+
+    def lds_dma(self, call: ir.expr.Call) -> None:
+        """``call_llvm_intrin("void", "llvm.amdgcn.global.load.lds", T.address_of(G[i]),
+        T.address_of(S[base]), size, 0, 0)``: each lane copies ``size`` bytes from its own
+        ``G[i]`` to LDS at ``&S[base] + lane * size`` (``base`` is the same for the whole
+        wave, as LLVM's intrinsic requires) — one ``buffer_load_* ... lds`` with M0 holding
+        the wave's LDS address. The copy completes on ``vmcnt``: wait with
+        ``T.tilewave.wait_async_ops(0)`` before a barrier and the LDS reads.
+        """
+        args = list(call.args)[1:]
+        size = _const(args[2]) if len(args) == 5 else None
+        if size not in _LDS_DMA or any(_const(x) != 0 for x in args[3:]):
+            raise self.error(
+                "llvm.amdgcn.global.load.lds needs (src, dst, size, 0, 0) with size 4 or 16",
+                "Copy 4 (dword) or 16 (dwordx4) bytes per lane, with offset 0 and aux 0.",
+            )
+        if size > self.info.lds_dma_max_bytes:
+            raise TargetFeatureError(
+                f"AMDGCN backend {where(self.name, self.stmt)}: a {size}-byte LDS DMA "
+                f"(buffer_load ... lds) does not exist on {self.info.name} (widest: "
+                f"{self.info.lds_dma_max_bytes} bytes); copy 4 bytes per lane or target gfx950."
+            )
+        src, dst = (_address_of(x) for x in args[:2])
+        if src is None or dst is None:
+            raise self.error(
+                "global.load.lds operands are not T.address_of(buffer element)",
+                "Pass T.address_of(G[i]) (global) and T.address_of(S[base]) (shared).",
+            )
+        gbuf, sbuf = self.buffer(src.source), self.buffer(dst.source)
+        if gbuf.scope != "global" or not sbuf.scope.startswith("shared"):
+            raise self.error(
+                f"global.load.lds from {gbuf.scope} '{src.source.name}' to {sbuf.scope} "
+                f"'{dst.source.name}'",
+                "Copy from a global buffer argument into a shared buffer.",
+            )
+        # LDS address = M0 + instruction offset + lane * size: the global offset must not
+        # use the instruction's offset field, so it all goes to voffset/soffset.
+        offset, const = self.byte_offset(gbuf, self.flat_index(gbuf, src.indices))
+        if const:
+            extra = Value(Imm.of_int(const), "int32")
+            offset = extra if offset is None else self.apply("add", [offset, extra], "int32")
+        lds = self.expr((self.flat_index(sbuf, dst.indices)) * sbuf.elem_bytes + sbuf.lds_offset)
+        if not lds.uniform:
+            # the wave's LDS base, as LLVM's lowering of the intrinsic takes it
+            wave = self.vreg("s")
+            self.emit("v_readfirstlane_b32", [wave], [lds.op])
+            lds = Value(wave, "int32")
+        self.emit("s_mov_b32", [Sym("m0")], [lds.op], comment="LDS DMA destination")
+        vaddr: Operand = Sym("off")
+        soffset: Operand = Imm.of_int(0)
+        if offset is not None and offset.uniform:
+            soffset = offset.op if isinstance(offset.op, Imm) and offset.op.is_inline \
+                else self.to_sgpr(offset.op)
+        elif offset is not None:
+            vaddr = offset.op
+        assert gbuf.srd is not None
+        mods = ("offen " if vaddr != Sym("off") else "") + "offset:0"
+        self.emit(_LDS_DMA[size], [], [vaddr, gbuf.srd, soffset], mods, comment=src.source.name)
 
     def s_BufferStore(self, node: tirx.BufferStore) -> None:
         if _intrin_name_of(node.value) in _MFMA:
@@ -1158,6 +1220,17 @@ def _bf16_storage_load(expr: object) -> object:
         if isinstance(load, ir.expr.TensorLoad) and str(load.ty).startswith("uint16"):
             return load
     return expr
+
+
+def _address_of(expr: object) -> ir.expr.TensorLoad | None:
+    """The element ``T.address_of(X[i])`` points to, or None."""
+    if (
+        isinstance(expr, ir.expr.Call)
+        and str(expr.op.name) == "tirx.address_of"
+        and isinstance(expr.args[0], ir.expr.TensorLoad)
+    ):
+        return expr.args[0]
+    return None
 
 
 def _intrin_name_of(expr: object) -> str:

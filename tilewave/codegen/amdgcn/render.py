@@ -15,7 +15,10 @@ from tilewave.codegen.amdgcn.regalloc import Allocation
 __all__ = ["assign", "format_body", "format_instr"]
 
 # kernel-IR pseudo names whose assembly spelling differs (the modifier carries the meaning)
-_SPELLING = {"buffer_load_dword_lds": ("buffer_load_dword", "lds")}
+_SPELLING = {
+    "buffer_load_dword_lds": ("buffer_load_dword", "lds"),
+    "buffer_load_dwordx4_lds": ("buffer_load_dwordx4", "lds"),
+}
 
 
 def _phys(op: Operand, alloc: Allocation) -> Operand:

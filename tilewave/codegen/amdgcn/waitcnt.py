@@ -141,7 +141,7 @@ def _step(state: WaitState, ins: Instr) -> dict[str, int]:
         state.wait(need)
     if info.counter is not None:
         writes = _units(ins.defs)
-        if ins.opcode == "buffer_load_dword_lds":
+        if ins.opcode.endswith("_lds"):
             writes.add(LDS)
         if info.unit == "ds":
             writes.add(("lds_ops", 0))  # the barrier waits for this wave's LDS traffic
