@@ -40,8 +40,11 @@ def test_dump_writes_input_and_one_file_per_stage(tmp_path):
     assert not any("ConvertSSA" in name for name in files)
     lowered_ops = next(tmp_path.glob("*-tilewave.LowerTilewaveOps.py")).read_text()
     assert "llvm.amdgcn.s.barrier" in lowered_ops
+    # block_sum is written without barriers; the InsertSharedBarriers stage adds them.
     before = (tmp_path / "00-input.py").read_text()
-    assert "T.tilewave.lds_barrier()" in before
+    assert "T.tilewave.lds_barrier()" not in before
+    synced = next(tmp_path.glob("*-tilewave.InsertSharedBarriers.py")).read_text()
+    assert "T.tilewave.lds_barrier()" in synced
 
 
 def test_build_dumps_device_finalisation_too(tmp_path):

@@ -86,7 +86,14 @@ def test_tilewave_does_not_add_tvm_barriers():
         .inspect_source()
     )
     assert "__syncthreads()" in tvm_src
-    assert "__syncthreads()" not in build(racy_without_barrier, "sm_90a").source
+    with tvm.transform.PassContext(disabled_pass=["tilewave.InsertSharedBarriers"]):
+        assert "__syncthreads()" not in build(racy_without_barrier, "sm_90a").source
+
+
+def test_insert_shared_barriers_stage_synchronises_the_racy_kernel():
+    names = _names("sm_90a")
+    assert names.index("tilewave.InsertSharedBarriers") < names.index("tilewave.LowerTilewaveOps")
+    assert build(racy_without_barrier, "sm_90a").source.count("__syncthreads();") == 1
 
 
 def test_build_cuda_gives_cuda_c():

@@ -38,6 +38,7 @@ from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.inject_fence_proxy import InjectFenceProxy
+from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
 __all__ = [
     "STAGES",
@@ -201,6 +202,7 @@ STAGES: tuple[Stage, ...] = (
     _tvm("tirx.AnnotateEntryFunc", tirx.transform.AnnotateEntryFunc),
     # ---- tilewave's synchronisation stages (TVM runs ThreadSync("shared") here) ----
     # InsertSharedBarriers and InjectFenceProxy go here, before LowerTilewaveOps.
+    Stage("tilewave.InsertSharedBarriers", lambda t, o: InsertSharedBarriers(t), origin="tilewave"),
     # Fences go after barrier insertion: a fence sits right before the async op it guards.
     Stage(
         "tilewave.InjectFenceProxy",

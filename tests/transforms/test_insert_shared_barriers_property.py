@@ -1,7 +1,9 @@
 """Property test: the hazard verifier is the oracle for InsertSharedBarriers.
 
 Small random kernels (stores, loads, atomics, async copies, barriers, loops, uniform and
-divergent branches over two shared buffers) are printed as TVMScript and parsed. For each:
+divergent branches over two shared buffers; indices through ``Bind`` variables and, inside
+loops, multibuffer-style slots ``(k & 1) * 32 + ...`` and ``tx + k``) are printed as
+TVMScript and parsed. For each:
 after the pass the verifier finds no hazard; the pass changes a kernel only when the
 verifier found a hazard in it; and a second run changes nothing.
 """
@@ -20,25 +22,47 @@ from tilewave.transforms.insert_shared_barriers import (
 )
 
 THREADS = 32
-INDICES = ["tx", f"{THREADS - 1} - tx", f"(tx + 1) % {THREADS}", "0", f"tx + {THREADS}", "tx * 2"]
+INDICES = [
+    "tx",
+    f"{THREADS - 1} - tx",
+    f"(tx + 1) % {THREADS}",
+    "0",
+    f"tx + {THREADS}",
+    "tx * 2",
+    f"tx + {THREADS // 2}",
+]
+#: indices using the innermost loop variable ``{k}`` (copies of a multibuffered tile)
+LOOP_INDICES = [
+    f"({{k}} & 1) * {THREADS} + tx",
+    f"({{k}} & 1) * {THREADS} + {THREADS - 1} - tx",
+    f"(({{k}} + 1) & 1) * {THREADS} + (tx + 1) % {THREADS}",
+    "tx + {k}",
+]
 BUFFERS = ["S", "R"]
 TARGETS = ["gfx942", "gfx1200", "sm_90a"]
 
 
 @st.composite
-def leaf(draw, divergent):
+def leaf(draw, divergent, loop_var, counter):
     buf = draw(st.sampled_from(BUFFERS))
-    idx = draw(st.sampled_from(INDICES))
+    choices = INDICES + ([i.format(k=loop_var) for i in LOOP_INDICES] if loop_var else [])
+    idx = draw(st.sampled_from(choices))
+    prefix = []
+    if draw(st.integers(0, 3)) == 0:  # through a Bind variable, as CSE writes it
+        counter[0] += 1
+        prefix = [f"v{counter[0]}: T.let[T.int32] = {idx}"]
+        idx = f"v{counter[0]}"
     kind = draw(st.sampled_from(["store", "load", "load", "work", "atomic", "async", "barrier"]))
     if kind == "store":
-        return [f"{buf}[{idx}] = A[tx] + 1"]
+        return [*prefix, f"{buf}[{idx}] = A[tx] + 1"]
     if kind == "load":
-        return [f"B[tx] = B[tx] + {buf}[{idx}]"]
+        return [*prefix, f"B[tx] = B[tx] + {buf}[{idx}]"]
     if kind == "work":
         return ["B[tx] = B[tx] * 3"]
     if kind == "atomic":
         return [
-            f'T.evaluate(T.call_intrin("int32", "tirx.atomic_add", T.address_of({buf}[{idx}]), 1))'
+            *prefix,
+            f'T.evaluate(T.call_intrin("int32", "tirx.atomic_add", T.address_of({buf}[{idx}]), 1))',
         ]
     if kind == "async":
         return [
@@ -47,19 +71,20 @@ def leaf(draw, divergent):
     return ["B[tx] = B[tx] * 3"] if divergent else ["T.tilewave.lds_barrier()"]
 
 
-def block(depth, counter, divergent=False):
+def block(depth, counter, divergent=False, loop_var=None):
     @st.composite
     def make(draw):
         lines = []
         for _ in range(draw(st.integers(1, 3))):
             choice = draw(st.sampled_from(["leaf", "leaf", "loop", "if_u", "if_d"]))
             if choice == "leaf" or depth == 0:
-                lines += draw(leaf(divergent))
+                lines += draw(leaf(divergent, loop_var, counter))
                 continue
-            body = draw(block(depth - 1, counter, divergent or choice == "if_d"))
             counter[0] += 1
+            name = f"k{counter[0]}" if choice == "loop" else loop_var
+            body = draw(block(depth - 1, counter, divergent or choice == "if_d", name))
             header = {
-                "loop": f"for k{counter[0]} in range({draw(st.integers(1, 3))}):",
+                "loop": f"for {name} in range({draw(st.integers(1, 4))}):",
                 "if_u": "if n > 0:",
                 "if_d": f"if tx < {THREADS // 2}:",
             }[choice]

@@ -21,19 +21,24 @@ unknown bounds) may conflict.
 from __future__ import annotations
 
 import enum
+import functools
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.analysis.region_proof import FAR, analysable, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
-from tilewave.ir.walker import TIRVisitor, post_order_visit
+from tilewave.ir.walker import TIRVisitor, post_order_visit, substitute
 
 __all__ = [
+    "FAR",
     "AccessKind",
+    "AccessScope",
     "LoopRange",
     "SharedAccess",
     "SyncAction",
@@ -42,6 +47,8 @@ __all__ = [
     "is_leaf_statement",
     "is_thread_dependent",
     "may_conflict",
+    "repeated_loops",
+    "same_iteration",
     "statement_accesses",
     "sync_action",
     "touches_shared_or_sync",
@@ -71,11 +78,70 @@ class AccessKind(enum.Enum):
 
 @dataclass(frozen=True)
 class LoopRange:
-    """A serial loop around an access: its variable and integer bounds when constant."""
+    """A serial loop around an access: its variable and integer bounds when constant.
+
+    Attributes:
+        loop: the ``For`` statement (identifies the loop; ``None``: unknown or repeated).
+        aligned: the loop's start and step are the same for every thread, so iteration i
+            has the same variable value in every thread (a thread-dependent trip count is
+            fine). Only aligned loops relate two accesses' iterations.
+        bounds: ``(min, extent)`` as expressions, ``Bind`` values substituted.
+        step: the constant step (``None`` when not constant).
+    """
 
     var: ir.expr.Var
     min: int | None
     extent: int | None
+    loop: Any = field(default=None, repr=False)
+    aligned: bool = field(default=False, compare=False)
+    bounds: tuple[Any, Any] | None = field(default=None, compare=False, repr=False)
+    step: int | None = field(default=1, compare=False)
+
+    @classmethod
+    def of(cls, loop: Any, scope: AccessScope, thread_vars: Iterable[Any]) -> LoopRange:
+        """The range of the serial ``For`` ``loop`` entered in ``scope``."""
+        lo = int(loop.min.value) if isinstance(loop.min, tirx.IntImm) else None
+        ext = int(loop.extent.value) if isinstance(loop.extent, tirx.IntImm) else None
+        step_expr = loop.step if loop.step is not None else tirx.IntImm("int32", 1)
+        step = int(step_expr.value) if isinstance(step_expr, tirx.IntImm) else None
+        start = scope.resolve(tirx.Add(loop.min, step_expr))
+        aligned = not is_thread_dependent(start, thread_vars)
+        bounds = (scope.resolve(loop.min), scope.resolve(loop.extent))
+        return cls(loop.loop_var, lo, ext, loop, aligned, bounds, step)
+
+
+@dataclass(frozen=True)
+class AccessScope:
+    """Where a statement sits: its serial loops, the ``if`` conditions on its path and the
+    ``Bind`` variables in scope, all as written (so equal scopes compare equal).
+
+    Attributes:
+        loops: enclosing serial loops, outermost first.
+        conditions: ``(condition, holds)`` of enclosing ``if``s (``holds`` False: else).
+        bindings: ``(var, value)`` of the ``Bind`` statements in scope, in order.
+    """
+
+    loops: tuple[LoopRange, ...] = ()
+    conditions: tuple[tuple[Any, bool], ...] = ()
+    bindings: tuple[tuple[Any, Any], ...] = ()
+
+    def within_loop(self, loop: LoopRange) -> AccessScope:
+        """This scope inside one more loop."""
+        return AccessScope((*self.loops, loop), self.conditions, self.bindings)
+
+    def assuming(self, condition: Any, holds: bool = True) -> AccessScope:
+        """This scope inside a branch on ``condition``."""
+        return AccessScope(self.loops, (*self.conditions, (condition, holds)), self.bindings)
+
+    def binding(self, var: Any, value: Any) -> AccessScope:
+        """This scope after ``Bind(var, value)``."""
+        return AccessScope(self.loops, self.conditions, (*self.bindings, (var, value)))
+
+    def resolve(self, expr: Any) -> Any:
+        """``expr`` with the bound variables replaced by their values (transitively)."""
+        for var, value in reversed(self.bindings):
+            expr = substitute(expr, {var: value})
+        return expr
 
 
 @dataclass(eq=False)
@@ -95,6 +161,25 @@ class SharedAccess:
     indices: tuple[Any, ...] | None
     stmt: Any
     loops: tuple[LoopRange, ...] = field(default=())
+    #: the access's scope: path conditions and ``Bind`` values (``loops`` repeats its loops)
+    scope: AccessScope = field(default_factory=lambda: AccessScope(), repr=False)
+
+    @functools.cached_property
+    def resolved_indices(self) -> tuple[Any, ...] | None:
+        """The indices with ``Bind`` variables replaced by their values."""
+        if self.indices is None:
+            return None
+        return tuple(self.scope.resolve(i) for i in self.indices)
+
+    @functools.cached_property
+    def path_conditions(self) -> tuple[Any, ...]:
+        """The analysable conditions that hold when the access runs, values substituted."""
+        out = []
+        for cond, holds in self.scope.conditions:
+            resolved = self.scope.resolve(cond)
+            if analysable(resolved):
+                out.append(resolved if holds else tirx.Not(resolved))
+        return tuple(out)
 
     @property
     def buffer_name(self) -> str:
@@ -212,17 +297,19 @@ def is_leaf_statement(stmt: Any) -> bool:
 class _AccessCollector(TIRVisitor):
     """Collects accesses of one expression tree in evaluation order (operands first)."""
 
-    def __init__(self, stmt: Any, loops: tuple[LoopRange, ...], func_name: str | None) -> None:
+    def __init__(self, stmt: Any, scope: AccessScope, func_name: str | None) -> None:
         self.accesses: list[SharedAccess] = []
         self._stmt = stmt
-        self._loops = loops
+        self._scope = scope
         self._func_name = func_name
         self._depth = 0
         self._in_address = 0
 
     def add(self, buffer: Any, kind: AccessKind, indices: Iterable[Any] | None) -> None:
         idx = None if indices is None else tuple(indices)
-        self.accesses.append(SharedAccess(buffer, kind, idx, self._stmt, self._loops))
+        self.accesses.append(
+            SharedAccess(buffer, kind, idx, self._stmt, self._scope.loops, self._scope)
+        )
 
     def visit_TensorLoad(self, node: Any) -> None:
         self.generic_visit(node)
@@ -267,9 +354,13 @@ def _kinds_of(effect: OpEffect) -> list[AccessKind]:
 
 
 def statement_accesses(
-    stmt: Any, loops: tuple[LoopRange, ...] = (), func_name: str | None = None
+    stmt: Any,
+    loops: tuple[LoopRange, ...] | AccessScope = (),
+    func_name: str | None = None,
 ) -> list[SharedAccess]:
     """Shared accesses of one leaf statement (or of an ``if``/``while`` condition), in order.
+
+    ``loops`` is the statement's :class:`AccessScope` (or just its loops).
 
     For a ``BufferStore`` the loads of the value and indices come first, then the write.
     A call that takes a shared buffer's address is classified through the op table and
@@ -278,7 +369,8 @@ def statement_accesses(
     Raises:
         UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.
     """
-    collector = _AccessCollector(stmt, loops, func_name)
+    scope = loops if isinstance(loops, AccessScope) else AccessScope(tuple(loops))
+    collector = _AccessCollector(stmt, scope, func_name)
     if isinstance(stmt, tirx.BufferStore):
         collector.visit(stmt.value)
         collector.visit(stmt.indices)
@@ -340,6 +432,20 @@ def collect_thread_extents(func: Any) -> dict[ir.expr.Var, int]:
 
     post_order_visit(func.body, check)
     return extents
+
+
+def repeated_loops(body: Any) -> set[Any]:
+    """``For`` statements that occur at more than one place in ``body`` (shared subtrees):
+    their ``LoopRange.loop`` must not identify one loop instance."""
+    seen: set[Any] = set()
+    repeated: set[Any] = set()
+
+    def check(node: Any) -> None:
+        if isinstance(node, tirx.For):
+            (repeated if node in seen else seen).add(node)
+
+    post_order_visit(body, check)
+    return repeated
 
 
 def is_thread_dependent(expr: Any, thread_vars: Iterable[ir.expr.Var]) -> bool:
@@ -446,19 +552,20 @@ def _ranges_of(access: SharedAccess, thread_extents: Mapping[Any, int]) -> dict[
 
 def _thread_part(
     index: Any, thread_extents: Mapping[Any, int], ranges: Mapping[Any, tuple[int, int]]
-) -> dict[Any, int] | None:
-    """The thread-index terms of ``index`` if they give every thread a private slice.
+) -> tuple[dict[Any, int], tuple[int, int]] | None:
+    """The thread-index terms of ``index`` if they map thread tuples injectively.
 
-    ``index = sum(c_i * t_i) + r`` with ``0 <= r < min(c_i)`` and each larger coefficient at
-    least the span of the smaller terms (mixed radix), so distinct thread tuples map to
-    disjoint slices. Returns ``{thread_var: c}`` or ``None``.
+    ``index = sum(c_i * t_i) + r`` where, sorted by ``|c_i|``, each coefficient is at least
+    the span of the smaller terms (mixed radix; signs do not matter: ``31 - tx`` is one
+    element per thread). Then distinct thread tuples differ by at least ``min |c_i|``.
+    Returns ``({thread_var: c}, (r_lo, r_hi))`` or ``None``.
     """
     lin = _linear(index)
     if lin is None:
         return None
     coeffs, const = lin
     thread_terms = {v: c for v, c in coeffs.items() if any(v.same_as(t) for t in thread_extents)}
-    if not thread_terms or any(c <= 0 for c in thread_terms.values()):
+    if not thread_terms:
         return None
     rest_lo = rest_hi = const
     for var, c in coeffs.items():
@@ -469,18 +576,16 @@ def _thread_part(
             return None
         lo, hi = sorted((c * rng[0], c * rng[1]))
         rest_lo, rest_hi = rest_lo + lo, rest_hi + hi
-    ordered = sorted(thread_terms.items(), key=lambda item: item[1])
-    if rest_lo < 0 or rest_hi >= ordered[0][1]:
-        return None
-    span = ordered[0][1]
+    ordered = sorted(thread_terms.items(), key=lambda item: abs(item[1]))
+    span = abs(ordered[0][1])
     for var, c in ordered:
-        if c < span:
+        if abs(c) < span:
             return None
         ext = _extent_of(var, thread_extents)
         if ext <= 0:
             return None
-        span = c * ext
-    return thread_terms
+        span = abs(c) * ext
+    return thread_terms, (rest_lo, rest_hi)
 
 
 def _extent_of(var: Any, thread_extents: Mapping[Any, int]) -> int:
@@ -496,13 +601,32 @@ def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
     return all(any(k.same_as(kb) and c == cb for kb, cb in b.items()) for k, c in a.items())
 
 
-def may_conflict(a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int]) -> bool:
+_PROOF_CACHE: weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def same_iteration(a: SharedAccess, b: SharedAccess) -> dict[Any, frozenset[int]]:
+    """``iterations`` for :func:`may_conflict` saying both accesses run in the same iteration
+    of every loop enclosing both (two accesses of one statement, two branches of an ``if``)."""
+    return {la.loop: frozenset({0}) for la, _ in common_loops(a, b)}
+
+
+def may_conflict(
+    a: SharedAccess,
+    b: SharedAccess,
+    thread_extents: Mapping[Any, int],
+    iterations: Mapping[Any, frozenset[int]] | None = None,
+) -> bool:
     """True unless it is proven that ``a`` and ``b``, made by two *different* threads, never
     touch a common element with at least one of them writing.
 
-    Two atomics never conflict with each other (the hardware orders them). An async write
-    is also unordered with respect to its own thread, so per-thread ownership is not used
-    for it.
+    ``b`` is the later access on a barrier-free path from ``a``. ``iterations`` maps the
+    ``For`` statements of loops enclosing both to the possible iteration distances from
+    ``a`` to ``b`` (``{0}`` same iteration, ``{1}`` the next, :data:`FAR` any); by default
+    every loop variable is independent. Two atomics never conflict with each other (the
+    hardware orders them). An async write is also unordered with respect to its own
+    thread, so per-thread ownership is not used for it.
     """
     if not a.buffer.same_as(b.buffer):
         return False
@@ -512,20 +636,38 @@ def may_conflict(a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, 
         return False
     if a.indices is None or b.indices is None or len(a.indices) != len(b.indices):
         return True
+    ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind)
+    if not _needs_proof(a, b, thread_extents, ordered):
+        return False
+    key = (b, tuple((k, tuple(sorted(v))) for k, v in (iterations or {}).items()))
+    cached = _PROOF_CACHE.setdefault(a, {})
+    if key not in cached:
+        cached[key] = not prove_no_overlap(a, b, thread_extents, iterations, ordered)
+    return cached[key]
+
+
+def _needs_proof(
+    a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], ordered: bool
+) -> bool:
+    """False when interval bounds or per-thread ownership prove the accesses apart (every
+    loop variable independent, path conditions ignored); True: ask the analyzer."""
     ranges_a, ranges_b = _ranges_of(a, thread_extents), _ranges_of(b, thread_extents)
-    for ia, ib in zip(a.indices, b.indices, strict=True):
-        ba, bb = _bounds(ia, ranges_a), _bounds(ib, ranges_b)
+    ia, ib = a.resolved_indices, b.resolved_indices
+    for xa, xb in zip(ia, ib, strict=True):
+        ba, bb = _bounds(xa, ranges_a), _bounds(xb, ranges_b)
         if ba is not None and bb is not None and (ba[1] < bb[0] or bb[1] < ba[0]):
             return False
-    if AccessKind.ASYNC_WRITE in (a.kind, b.kind):
+    if not ordered:
         return True
     wide_threads = [v for v, ext in thread_extents.items() if ext != 1]
     if not wide_threads:
         return False  # a single thread: nobody else to race with
     covered: list[Any] = []
-    for ia, ib in zip(a.indices, b.indices, strict=True):
-        ta = _thread_part(ia, thread_extents, ranges_a)
-        tb = _thread_part(ib, thread_extents, ranges_b)
-        if ta is not None and tb is not None and _same_terms(ta, tb):
-            covered.extend(ta)
+    for xa, xb in zip(ia, ib, strict=True):
+        ta = _thread_part(xa, thread_extents, ranges_a)
+        tb = _thread_part(xb, thread_extents, ranges_b)
+        if ta is not None and tb is not None and _same_terms(ta[0], tb[0]):
+            lo, hi = min(ta[1][0], tb[1][0]), max(ta[1][1], tb[1][1])
+            if hi - lo < min(abs(c) for c in ta[0].values()):
+                covered.extend(ta[0])
     return not all(any(v.same_as(c) for c in covered) for v in wide_threads)

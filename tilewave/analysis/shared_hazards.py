@@ -29,7 +29,9 @@ from typing import Any
 from tvm import tirx
 
 from tilewave.analysis.shared_access import (
+    FAR,
     AccessKind,
+    AccessScope,
     LoopRange,
     SharedAccess,
     SyncAction,
@@ -38,6 +40,8 @@ from tilewave.analysis.shared_access import (
     is_leaf_statement,
     is_thread_dependent,
     may_conflict,
+    repeated_loops,
+    same_iteration,
     statement_accesses,
     sync_action,
 )
@@ -93,7 +97,11 @@ class _Graph:
         self.nodes: list[_Node] = []
         #: node-id ranges of the two branches of each divergent `if`
         self.concurrent: list[tuple[range, range]] = []
+        #: loop back edges (body end, body start) -> the loop's ``For`` statement
+        self.back_edges: dict[tuple[int, int], Any] = {}
         self._thread_vars = thread_vars
+        #: ``For`` statements that occur at several places (not one identifiable loop)
+        self.repeated: set[Any] = set()
         self._func_name = func_name
 
     def new(self, **kwargs: Any) -> int:
@@ -104,49 +112,54 @@ class _Graph:
         if b not in self.nodes[a].succ:
             self.nodes[a].succ.append(b)
 
-    def build(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+    def build(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         """Add ``stmt`` after node ``entry``; return its exit node."""
         if isinstance(stmt, tirx.SeqStmt):
             for item in stmt.seq:
-                entry = self.build(item, entry, loops, divergent)
+                entry = self.build(item, entry, scope, divergent)
+                if isinstance(item, tirx.Bind):
+                    scope = scope.binding(item.var, item.value)
             return entry
         if isinstance(stmt, tirx.IfThenElse):
-            return self._build_if(stmt, entry, loops, divergent)
+            return self._build_if(stmt, entry, scope, divergent)
         if isinstance(stmt, tirx.For):
-            return self._build_for(stmt, entry, loops, divergent)
+            return self._build_for(stmt, entry, scope, divergent)
         if isinstance(stmt, tirx.While):
-            return self._build_loop(stmt.body, stmt.condition, entry, loops, divergent, None)
+            return self._build_loop(stmt.body, stmt.condition, entry, scope, divergent, None)
         if is_leaf_statement(stmt):
             node = self.new(
-                accesses=statement_accesses(stmt, loops, self._func_name),
+                accesses=statement_accesses(stmt, scope, self._func_name),
                 sync=sync_action(stmt),
                 divergent=divergent,
                 stmt=stmt,
             )
             self.edge(entry, node)
             return node
-        return self.build(stmt.body, entry, loops, divergent)
+        return self.build(stmt.body, entry, scope, divergent)
 
-    def _condition(self, cond: Any, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+    def _condition(
+        self, cond: Any, stmt: Any, entry: int, scope: AccessScope, divergent: bool
+    ) -> int:
         node = self.new(
-            accesses=statement_accesses(tirx.Evaluate(cond), loops, self._func_name),
+            accesses=statement_accesses(tirx.Evaluate(cond), scope, self._func_name),
             divergent=divergent,
             stmt=stmt,
         )
         self.edge(entry, node)
         return node
 
-    def _build_if(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
-        head = self._condition(stmt.condition, stmt, entry, loops, divergent)
-        inner = divergent or is_thread_dependent(stmt.condition, self._thread_vars)
+    def _build_if(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
+        head = self._condition(stmt.condition, stmt, entry, scope, divergent)
+        inner = divergent or is_thread_dependent(scope.resolve(stmt.condition), self._thread_vars)
         then_in = self.new()
         self.edge(head, then_in)
-        then_out = self.build(stmt.then_case, then_in, loops, inner)
+        then_out = self.build(stmt.then_case, then_in, scope.assuming(stmt.condition), inner)
         else_in = self.new()
         self.edge(head, else_in)
         else_out = else_in
         if stmt.else_case is not None:
-            else_out = self.build(stmt.else_case, else_in, loops, inner)
+            else_scope = scope.assuming(stmt.condition, False)
+            else_out = self.build(stmt.else_case, else_in, else_scope, inner)
         if inner:
             # threads that took different branches run them concurrently
             self.concurrent.append((range(then_in, else_in), range(else_in, len(self.nodes))))
@@ -155,24 +168,37 @@ class _Graph:
         self.edge(else_out, exit_node)
         return exit_node
 
-    def _build_for(self, stmt: Any, entry: int, loops: tuple, divergent: bool) -> int:
+    def _build_for(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         if stmt.kind == tirx.ForKind.THREAD_BINDING:
-            return self.build(stmt.body, entry, loops, divergent)
-        lo = int(stmt.min.value) if isinstance(stmt.min, tirx.IntImm) else None
-        ext = int(stmt.extent.value) if isinstance(stmt.extent, tirx.IntImm) else None
-        inner_loops = (*loops, LoopRange(stmt.loop_var, lo, ext))
+            return self.build(stmt.body, entry, scope, divergent)
+        loop = LoopRange.of(stmt, scope, self._thread_vars)
+        if stmt in self.repeated:
+            loop = LoopRange(loop.var, loop.min, loop.extent)  # not one identifiable loop
         bounds = tirx.Add(stmt.min, stmt.extent)
-        return self._build_loop(stmt.body, bounds, entry, inner_loops, divergent, ext)
+        return self._build_loop(
+            stmt.body, bounds, entry, scope.within_loop(loop), divergent, loop.extent, scope
+        )
 
     def _build_loop(
-        self, body: Any, bound: Any, entry: int, loops: tuple, divergent: bool, ext: int | None
+        self,
+        body: Any,
+        bound: Any,
+        entry: int,
+        scope: AccessScope,
+        divergent: bool,
+        ext: int | None,
+        outer: AccessScope | None = None,
     ) -> int:
-        inner = divergent or is_thread_dependent(bound, self._thread_vars)
+        inner = divergent or is_thread_dependent(
+            (outer or scope).resolve(bound), self._thread_vars
+        )
         body_in = self.new()
         self.edge(entry, body_in)
-        body_out = self.build(body, body_in, loops, inner)
+        body_out = self.build(body, body_in, scope, inner)
         if ext is None or ext > 1:
             self.edge(body_out, body_in)
+            if outer is not None and scope.loops[-1].loop is not None:
+                self.back_edges[(body_out, body_in)] = scope.loops[-1].loop
         exit_node = self.new()
         self.edge(body_out, exit_node)
         if ext is None or ext < 1:
@@ -195,18 +221,26 @@ class _Search:
 
     def reachable_conflicts(self, start: int, access: SharedAccess) -> list[SharedAccess]:
         is_async = access.kind is AccessKind.ASYNC_WRITE
+        loops = [lp.loop for lp in access.loops]
         found: list[SharedAccess] = []
-        seen: set[tuple[int, frozenset, bool]] = set()
-        queue = deque((succ, frozenset(), False) for succ in self.graph.nodes[start].succ)
+        seen: set[tuple[int, frozenset, bool, tuple[int, ...]]] = set()
+        zero = (0,) * len(loops)
+        queue = deque(
+            (succ, frozenset(), False, self._moved(start, succ, loops, zero))
+            for succ in self.graph.nodes[start].succ
+        )
         while queue:
             state = queue.popleft()
             if state in seen:
                 continue
             seen.add(state)
-            node_id, signalled, landed = state
+            node_id, signalled, landed, distance = state
             node = self.graph.nodes[node_id]
+            iterations = {
+                lp: frozenset({d}) for lp, d in zip(loops, distance, strict=True) if lp is not None
+            }
             for other in node.accesses:
-                if may_conflict(access, other, self.thread_extents) and not any(
+                if may_conflict(access, other, self.thread_extents, iterations) and not any(
                     other is f for f in found
                 ):
                     found.append(other)
@@ -214,8 +248,21 @@ class _Search:
             if next_state is None:
                 continue
             for succ in node.succ:
-                queue.append((succ, *next_state))
+                queue.append((succ, *next_state, self._moved(node_id, succ, loops, distance)))
         return found
+
+    def _moved(
+        self, src: int, dst: int, loops: list[Any], distance: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """Iteration distances (per loop of the start access) after the edge ``src->dst``:
+        a back edge is one iteration more of its loop and a new instance of loops inside."""
+        loop = self.graph.back_edges.get((src, dst))
+        if loop is None:
+            return distance
+        at = next((i for i, lp in enumerate(loops) if lp is not None and lp.same_as(loop)), None)
+        if at is None:
+            return distance
+        return (*distance[:at], min(distance[at] + 1, FAR), *(FAR,) * (len(loops) - at - 1))
 
     @staticmethod
     def _step(
@@ -242,8 +289,9 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     thread_extents = collect_thread_extents(func)
     name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
     graph = _Graph(list(thread_extents), str(name) if name is not None else None)
+    graph.repeated = repeated_loops(func.body)
     entry = graph.new()
-    graph.build(func.body, entry, (), False)
+    graph.build(func.body, entry, AccessScope(), False)
     return graph, thread_extents
 
 
@@ -282,14 +330,15 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
     for node_id, node in enumerate(graph.nodes):
         for i, access in enumerate(node.accesses):
             for later in node.accesses[i + 1 :]:
-                if may_conflict(access, later, thread_extents):
+                if may_conflict(access, later, thread_extents, same_iteration(access, later)):
                     report(access, later)
             for other in search.reachable_conflicts(node_id, access):
                 report(access, other)
     for then_ids, else_ids in graph.concurrent:
         for a in (acc for i in then_ids for acc in graph.nodes[i].accesses):
             for b in (acc for i in else_ids for acc in graph.nodes[i].accesses):
-                if may_conflict(a, b, thread_extents):
+                # other iterations' pairs are found by the search around the back edge
+                if may_conflict(a, b, thread_extents, same_iteration(a, b)):
                     report(a, b)
     return hazards
 

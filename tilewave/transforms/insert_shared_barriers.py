@@ -33,14 +33,16 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tvm
 from tvm import tirx
 
 from tilewave.analysis.shared_access import (
+    FAR,
     AccessKind,
+    AccessScope,
     LoopRange,
     SharedAccess,
     SyncKind,
@@ -48,6 +50,8 @@ from tilewave.analysis.shared_access import (
     is_leaf_statement,
     is_thread_dependent,
     may_conflict,
+    repeated_loops,
+    same_iteration,
     statement_accesses,
     sync_action,
     touches_shared_or_sync,
@@ -76,6 +80,34 @@ class _Pending:
 
     landed: bool  # an async write whose copy is known complete (always True for others)
     signalled: frozenset[int]  # split barriers signalled after it
+    #: loops whose back edge the access was carried over: ``(For, distances)``; a loop of
+    #: the access not listed is still in the access's iteration (distance 0)
+    carried: tuple[tuple[Any, frozenset[int]], ...] = ()
+
+    def iterations(self, access: SharedAccess) -> dict[Any, frozenset[int]]:
+        """Iteration distances from ``access`` to the statement now being visited."""
+        out = {lp.loop: frozenset({0}) for lp in access.loops if lp.loop is not None}
+        out.update(self.carried)
+        return out
+
+    def around(self, access: SharedAccess, loop: Any) -> _Pending:
+        """The entry after the back edge of ``loop``: one iteration further; loops inside
+        it start a new instance (any distance)."""
+        loops = [lp.loop for lp in access.loops]
+        at = next((i for i, lp in enumerate(loops) if lp is not None and lp.same_as(loop)), None)
+        if at is None:
+            return self
+        now = self.iterations(access)
+        now[loops[at]] = frozenset(min(d + 1, FAR) for d in now[loops[at]])
+        for inner in loops[at + 1 :]:
+            if inner is not None:
+                now[inner] = frozenset({FAR})
+        return _Pending(self.landed, self.signalled, _carried(now))
+
+
+def _carried(iterations: dict[Any, frozenset[int]]) -> tuple[tuple[Any, frozenset[int]], ...]:
+    """The canonical ``_Pending.carried`` of an iterations map (in the access's loop order)."""
+    return tuple((k, d) for k, d in iterations.items() if d != frozenset({0}))
 
 
 _State = dict[SharedAccess, _Pending]
@@ -88,12 +120,27 @@ class _Barrier:
     wait_async: bool
 
 
+def _join(access: SharedAccess, p: _Pending, q: _Pending | None) -> _Pending:
+    """One entry for the pending instances of ``access`` described by ``p`` and ``q``."""
+    if q is None:
+        return p
+    pi, qi = p.iterations(access), q.iterations(access)
+    joined = _carried({k: pi[k] | qi[k] for k in pi})
+    return _Pending(p.landed and q.landed, p.signalled & q.signalled, joined)
+
+
 def _merge(a: _State, b: _State) -> _State:
     out = dict(a)
     for acc, p in b.items():
-        q = out.get(acc)
-        out[acc] = p if q is None else _Pending(p.landed and q.landed, p.signalled & q.signalled)
+        out[acc] = _join(acc, p, out.get(acc))
     return out
+
+
+def _around(state: _State, loop: Any) -> _State:
+    """``state`` at the end of an iteration of ``loop``, seen from the start of the next."""
+    if loop is None:
+        return state  # accesses in an unidentified loop are compared at any distance
+    return {acc: p.around(acc, loop) for acc, p in state.items()}
 
 
 class _Placer:
@@ -104,44 +151,55 @@ class _Placer:
         self.thread_extents = collect_thread_extents(func)
         self.split = split
         self._access_cache: dict[Any, list[SharedAccess]] = {}
+        self._repeated = repeated_loops(func.body)
 
     # -- facts ---------------------------------------------------------------------------
-    def accesses(
-        self, stmt: Any, loops: tuple[LoopRange, ...], owner: Any = None
-    ) -> list[SharedAccess]:
+    def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
         """Accesses of a leaf statement, or of the condition of ``owner`` (an ``if``);
         cached so every fixed-point round sees the same access objects."""
-        key = (owner if owner is not None else stmt, owner is not None, *(lp.var for lp in loops))
+        key = (owner if owner is not None else stmt, owner is not None, scope)
         if key not in self._access_cache:
-            self._access_cache[key] = statement_accesses(stmt, loops, self.func_name)
+            self._access_cache[key] = statement_accesses(stmt, scope, self.func_name)
         return self._access_cache[key]
 
-    def all_accesses(self, stmt: Any, loops: tuple[LoopRange, ...]) -> list[SharedAccess]:
+    def all_accesses(self, stmt: Any, scope: AccessScope) -> list[SharedAccess]:
         """Every access under ``stmt`` (conditions included)."""
         if isinstance(stmt, tirx.SeqStmt):
-            return [a for s in stmt.seq for a in self.all_accesses(s, loops)]
+            out = []
+            for child in stmt.seq:
+                out += self.all_accesses(child, scope)
+                scope = _after(child, scope)
+            return out
         if isinstance(stmt, tirx.IfThenElse):
-            out = self.accesses(tirx.Evaluate(stmt.condition), loops, owner=stmt)
-            out = out + self.all_accesses(stmt.then_case, loops)
+            out = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
+            out = out + self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
             if stmt.else_case is not None:
-                out = out + self.all_accesses(stmt.else_case, loops)
+                out = out + self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
             return out
         if isinstance(stmt, tirx.For):
-            return self.all_accesses(stmt.body, self._loops_inside(stmt, loops))
+            return self.all_accesses(stmt.body, self._scope_inside(stmt, scope))
         if is_leaf_statement(stmt):
-            return self.accesses(stmt, loops)
-        return self.all_accesses(stmt.body, loops)
+            return self.accesses(stmt, scope)
+        return self.all_accesses(stmt.body, scope)
 
     def conflicts(self, access: SharedAccess, state: _State) -> list[SharedAccess]:
-        return [p for p in state if may_conflict(p, access, self.thread_extents)]
+        return [
+            p
+            for p, pending in state.items()
+            if may_conflict(p, access, self.thread_extents, pending.iterations(p))
+        ]
 
-    @staticmethod
-    def _loops_inside(loop: Any, loops: tuple[LoopRange, ...]) -> tuple[LoopRange, ...]:
+    def _scope_inside(self, loop: Any, scope: AccessScope) -> AccessScope:
         if loop.kind == tirx.ForKind.THREAD_BINDING:
-            return loops
-        lo = int(loop.min.value) if isinstance(loop.min, tirx.IntImm) else None
-        ext = int(loop.extent.value) if isinstance(loop.extent, tirx.IntImm) else None
-        return (*loops, LoopRange(loop.loop_var, lo, ext))
+            return scope
+        lr = LoopRange.of(loop, scope, list(self.thread_extents))
+        if lr.loop is not None and lr.loop in self._repeated:
+            lr = replace(lr, loop=None)  # one For object at two places: not one loop instance
+        return scope.within_loop(lr)
+
+    def is_divergent(self, expr: Any, scope: AccessScope) -> bool:
+        """Whether control flow on ``expr`` may differ between threads."""
+        return is_thread_dependent(scope.resolve(expr), list(self.thread_extents))
 
     # -- barrier decisions ---------------------------------------------------------------
     def barrier_before(
@@ -169,12 +227,12 @@ class _Placer:
                 "of the thread-dependent `if`/loop."
             )
         if action.completes_async:
-            state = {p: _Pending(True, s.signalled) for p, s in state.items()}
+            state = {p: replace(s, landed=True) for p, s in state.items()}
         if action.is_full_barrier:
             return {p: s for p, s in state.items() if not s.landed}
         if action.kind is SyncKind.SIGNAL:
             return {
-                p: _Pending(s.landed, s.signalled | {action.arg}) if s.landed else s
+                p: replace(s, signalled=s.signalled | {action.arg}) if s.landed else s
                 for p, s in state.items()
             }
         if action.kind is SyncKind.WAIT:
@@ -183,22 +241,23 @@ class _Placer:
 
     # -- statements ----------------------------------------------------------------------
     def visit(
-        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...], divergent: bool
+        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
     ) -> tuple[list[Any], _State]:
         """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
         if isinstance(stmt, tirx.SeqStmt):
             items: list[Any] = []
             for child in stmt.seq:
-                new, state = self.visit(child, state, loops, divergent)
+                new, state = self.visit(child, state, scope, divergent)
                 items.extend(new)
+                scope = _after(child, scope)
             return items, state
         if isinstance(stmt, tirx.IfThenElse):
-            return self.visit_if(stmt, state, loops, divergent)
+            return self.visit_if(stmt, state, scope, divergent)
         if isinstance(stmt, tirx.For):
-            return self.visit_for(stmt, state, loops, divergent)
+            return self.visit_for(stmt, state, scope, divergent)
         if is_leaf_statement(stmt):
-            return self.visit_leaf(stmt, state, loops, divergent)
-        body_items, state = self.visit(stmt.body, state, loops, divergent)
+            return self.visit_leaf(stmt, state, scope, divergent)
+        body_items, state = self.visit(stmt.body, state, scope, divergent)
         return [self.rebuilt(stmt, "body", body_items)], state
 
     def rebuilt(self, stmt: Any, field: str, items: list[Any]) -> Any:
@@ -212,27 +271,30 @@ class _Placer:
         self,
         stmt: Any,
         state: _State,
-        loops: tuple[LoopRange, ...],
+        scope: AccessScope,
         divergent: bool,
         owner: Any = None,
     ) -> tuple[list[Any], _State]:
         after_sync = self.sync(stmt, state, divergent)
         if after_sync is not None:
             return [stmt], after_sync
-        accesses = self.accesses(stmt, loops, owner)
+        accesses = self.accesses(stmt, scope, owner)
         self.check_within_statement(stmt, accesses)
         barrier, state = self.barrier_before(accesses, state)
         if barrier is not None and divergent:
             raise self.divergent_error(stmt)
         state = dict(state)
         for acc in accesses:
-            state[acc] = _Pending(acc.kind is not AccessKind.ASYNC_WRITE, frozenset())
+            # an older instance of the same access (an earlier iteration) stays pending too
+            new = _Pending(acc.kind is not AccessKind.ASYNC_WRITE, frozenset())
+            state[acc] = _join(acc, new, state.get(acc))
         return ([barrier] if barrier else []) + [stmt], state
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
         for i, a in enumerate(accesses):
             for b in accesses[i + 1 :]:
-                if may_conflict(a, b, self.thread_extents):
+                # one statement instance: the same iteration of every loop
+                if may_conflict(a, b, self.thread_extents, same_iteration(a, b)):
                     raise MalformedKernelError(
                         f"{PASS_NAME}: `{a.describe()}` and `{b.describe()}` may race between "
                         f"threads inside one statement {where(self.func_name, stmt)}; no "
@@ -250,28 +312,30 @@ class _Placer:
         )
 
     def enter_divergent(
-        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...]
+        self, stmt: Any, state: _State, scope: AccessScope
     ) -> tuple[list[Any], _State]:
         """Barrier before a divergent region for conflicts with accesses before it."""
-        barrier, state = self.barrier_before(self.all_accesses(stmt, loops), state)
+        barrier, state = self.barrier_before(self.all_accesses(stmt, scope), state)
         return ([barrier] if barrier else []), state
 
     def visit_if(
-        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...], divergent: bool
+        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
     ) -> tuple[list[Any], _State]:
         cond_stmt = tirx.Evaluate(stmt.condition)
-        inner = divergent or is_thread_dependent(stmt.condition, list(self.thread_extents))
+        inner = divergent or self.is_divergent(stmt.condition, scope)
         prefix: list[Any] = []
         if inner and not divergent:
-            prefix, state = self.enter_divergent(stmt, state, loops)
-            self.check_branches_apart(stmt, loops)
-        cond_items, state = self.visit_leaf(cond_stmt, state, loops, divergent, owner=stmt)
+            prefix, state = self.enter_divergent(stmt, state, scope)
+            self.check_branches_apart(stmt, scope)
+        cond_items, state = self.visit_leaf(cond_stmt, state, scope, divergent, owner=stmt)
         prefix += [i for i in cond_items if isinstance(i, _Barrier)]
-        then_items, then_state = self.visit(stmt.then_case, state, loops, inner)
+        then_scope = scope.assuming(stmt.condition)
+        then_items, then_state = self.visit(stmt.then_case, state, then_scope, inner)
         else_state = state
         changes = {"then_case": self.sequence(then_items, stmt.then_case)}
         if stmt.else_case is not None:
-            else_items, else_state = self.visit(stmt.else_case, state, loops, inner)
+            else_scope = scope.assuming(stmt.condition, False)
+            else_items, else_state = self.visit(stmt.else_case, state, else_scope, inner)
             changes["else_case"] = self.sequence(else_items, stmt.else_case)
         if all(changes[k].same_as(getattr(stmt, k)) for k in changes):
             new_stmt = stmt
@@ -279,35 +343,35 @@ class _Placer:
             new_stmt = rebuild(stmt, changes)
         return [*prefix, new_stmt], _merge(then_state, else_state)
 
-    def check_branches_apart(self, stmt: Any, loops: tuple[LoopRange, ...]) -> None:
+    def check_branches_apart(self, stmt: Any, scope: AccessScope) -> None:
         """Threads in the two branches of a divergent ``if`` run concurrently."""
         if stmt.else_case is None:
             return
-        then_acc = self.all_accesses(stmt.then_case, loops)
-        else_acc = self.all_accesses(stmt.else_case, loops)
+        then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
+        else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
         for a in then_acc:
             for b in else_acc:
-                if may_conflict(a, b, self.thread_extents):
+                # other iterations are ordered by the loop analysis (barrier before the `if`)
+                if may_conflict(a, b, self.thread_extents, same_iteration(a, b)):
                     raise self.divergent_error(stmt)
 
     def visit_for(
-        self, stmt: Any, state: _State, loops: tuple[LoopRange, ...], divergent: bool
+        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
     ) -> tuple[list[Any], _State]:
         if stmt.kind == tirx.ForKind.THREAD_BINDING:
-            items, state = self.visit(stmt.body, state, loops, divergent)
+            items, state = self.visit(stmt.body, state, scope, divergent)
             return [self.rebuilt(stmt, "body", items)], state
-        inner_loops = self._loops_inside(stmt, loops)
-        bounds = tirx.Add(stmt.min, stmt.extent)
-        inner = divergent or is_thread_dependent(bounds, list(self.thread_extents))
+        inner_scope = self._scope_inside(stmt, scope)
+        inner = divergent or self.is_divergent(tirx.Add(stmt.min, stmt.extent), scope)
         prefix: list[Any] = []
         if inner and not divergent:
-            prefix, state = self.enter_divergent(stmt, state, loops)
+            prefix, state = self.enter_divergent(stmt, state, scope)
         ext = stmt.extent.value if isinstance(stmt.extent, tirx.IntImm) else None
         repeats = ext is None or ext > 1  # one iteration carries nothing to the next
-        body, head, out, count = self.fixpoint(stmt.body, state, inner_loops, inner, repeats)
-        barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, loops), state)
+        body, head, out, count = self.fixpoint(stmt.body, state, inner_scope, inner, repeats)
+        barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
         if barrier is not None and not inner:
-            hoisted = self.fixpoint(stmt.body, hoisted_state, inner_loops, inner, repeats)
+            hoisted = self.fixpoint(stmt.body, hoisted_state, inner_scope, inner, repeats)
             if hoisted[3] < count:
                 # one barrier before the loop instead of some inside it
                 prefix.append(barrier)
@@ -319,20 +383,27 @@ class _Placer:
         self,
         body: Any,
         entry: _State,
-        loops: tuple[LoopRange, ...],
+        scope: AccessScope,
         divergent: bool,
         repeats: bool = True,
     ) -> tuple[Any, _State, _State, int]:
         """Transform a loop body with the state at the loop head joined to a fixed point.
 
         Returns the new body, the head state, the state at the end of the body and the
-        number of barriers placed in the body.
+        number of barriers placed in the body. An access carried over the back edge is
+        one iteration older (``_Pending.around``): that is what lets a multibuffered
+        access of iteration k-1 (slot ``(k-1) % N``) pass a write of iteration k (slot
+        ``k % N``) without a barrier. It is sound because an access still pending after a
+        *whole* further iteration becomes "any distance" (FAR), so iteration k+N, which
+        reuses the slot, is only ever excused when a barrier inside the body (the RAW
+        barrier of a multibuffered loop) already separates the two.
         """
         head = entry
+        loop = scope.loops[-1].loop if scope.loops else None
         rounds = _MAX_FIXPOINT_ROUNDS if repeats else 1
         for _ in range(rounds):
-            items, out = self.visit(body, head, loops, divergent)
-            joined = _merge(head, out) if repeats else head
+            items, out = self.visit(body, head, scope, divergent)
+            joined = _merge(head, _around(out, loop)) if repeats else head
             if joined == head:
                 new_body = self.sequence(items, body)
                 return new_body, head, out, _barrier_count(new_body) - _barrier_count(body)
@@ -370,6 +441,13 @@ class _Placer:
         if len(out) == 1:
             return out[0]
         return tirx.SeqStmt(out)
+
+
+def _after(stmt: Any, scope: AccessScope) -> AccessScope:
+    """The scope of the statements that follow ``stmt`` in its statement list."""
+    if isinstance(stmt, tirx.Bind):
+        return scope.binding(stmt.var, stmt.value)
+    return scope
 
 
 def _barrier_count(stmt: Any) -> int:
@@ -423,7 +501,7 @@ def insert_shared_barriers(
     """
     info = get_target(target)
     placer = _Placer(func, info, _barrier_style(info, barrier_style))
-    items, _ = placer.visit(func.body, {}, (), False)
+    items, _ = placer.visit(func.body, {}, AccessScope(), False)
     body = placer.sequence(items, func.body)
     if body.same_as(func.body):
         return func
@@ -438,4 +516,4 @@ def InsertSharedBarriers(target: Any, barrier_style: str | None = None) -> tvm.t
     def run(func: tirx.PrimFunc, _mod: Any, _ctx: Any) -> tirx.PrimFunc:
         return insert_shared_barriers(func, info, barrier_style)
 
-    return tirx.transform.prim_func_pass(run, opt_level=0, name=PASS_NAME)
+    return tirx.transform.prim_func_pass(run, opt_level=0, name=f"tilewave.{PASS_NAME}")
