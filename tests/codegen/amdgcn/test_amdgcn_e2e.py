@@ -290,3 +290,16 @@ def test_simulator_catches_an_lds_read_before_the_dma_lands():
         del lines[barrier - 1]
     with pytest.raises(SimulationError, match=r"s_barrier|missing s_waitcnt"):
         simulate("\n".join(lines), args, grid, wg)
+
+
+@pytest.mark.parametrize("example", ["amdgcn_axpy.py", "amdgcn_gemm.py"])
+def test_amdgcn_examples_run(example, tmp_path, capsys, monkeypatch):
+    import runpy
+
+    _toolchain_or_skip("gfx942")
+    path = Path(__file__).resolve().parents[3] / "examples" / example
+    monkeypatch.setattr(sys, "argv", [str(path), "gfx942", str(tmp_path)])
+    runpy.run_path(str(path), run_name="__main__")
+    out = capsys.readouterr().out
+    assert "s_endpgm" in out and "wrote" in out
+    assert any(tmp_path.glob("*.hsaco"))
