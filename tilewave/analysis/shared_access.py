@@ -7,15 +7,16 @@ verifier ask (neither of them reasons about control-flow paths here):
   :class:`SharedAccess` — READ, WRITE, ATOMIC (read-modify-write) or ASYNC_WRITE
   (a global->shared copy that completes later);
 * whether two accesses made by *different threads* may touch the same element
-  (:func:`may_conflict`), using interval bounds and a per-thread ownership test;
+  (:func:`may_conflict`);
 * what a statement does as synchronisation (:func:`sync_action`): a full barrier, one
   half of a split barrier, or a wait for outstanding async copies.
 
-Regions are proven disjoint only in two cases, both sound: the index intervals of some
-dimension do not overlap, or every thread index of extent > 1 owns a private slice
-``[c*t, c*t + c)`` of some dimension in both accesses (``S[tx]``, ``S[tx*4 + k]``,
-``S[ty, tx]``, ``S[ty*32 + tx]``). Anything else (pointer operands, non-affine indices,
-unknown bounds) may conflict.
+Regions are proven disjoint by cheap rules first (the index intervals of some dimension
+do not overlap; every thread index of extent > 1 maps injectively onto some dimension,
+``S[tx]``, ``S[31 - tx]``, ``S[ty*32 + tx*4 + k]``), then by
+:func:`tilewave.analysis.region_proof.prove_no_overlap`, which uses the accesses' path
+conditions, ``Bind`` values and iteration distances (:class:`AccessScope`). Anything
+unproven (pointer operands, loads in indices, unknown bounds) may conflict.
 """
 
 from __future__ import annotations
