@@ -258,7 +258,7 @@ def emit(out_dir: Path) -> dict:
         }
         for variant, prim in variants_of(func).items():
             # Only the barriers placed above: keep a pipeline stage from re-inserting any.
-            with tvm.transform.PassContext(disabled_pass=["InsertSharedBarriers"]):
+            with tvm.transform.PassContext(disabled_pass=["tilewave.InsertSharedBarriers"]):
                 source = build(prim, "sm_90a").source
             file_name = f"{kernel_id}__{variant}.cu"
             (out_dir / file_name).write_text(source)
