@@ -8,25 +8,12 @@ import sys
 import textwrap
 
 import pytest
+from cli_kernels import REVERSE_KERNEL
 
 from tilewave.cli import main
 from tilewave.targets import TARGETS
 
-KERNEL = textwrap.dedent(
-    """
-    from tvm.script import tirx as T
-    import tilewave
-
-    @T.prim_func
-    def reverse(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-        T.func_attr({"global_symbol": "reverse"})
-        for tx in T.thread_binding(64, thread="threadIdx.x"):
-            S = T.alloc_buffer((64,), "float32", scope="shared")
-            S[tx] = A[tx]
-            T.tilewave.lds_barrier()
-            B[tx] = S[63 - tx]
-    """
-)
+KERNEL = REVERSE_KERNEL
 
 NOT_A_GPU_KERNEL = textwrap.dedent(
     """

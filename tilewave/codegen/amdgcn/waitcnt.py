@@ -149,6 +149,19 @@ def _step(state: WaitState, ins: Instr) -> dict[str, int]:
     return need
 
 
+def _state_at_label(
+    fallthrough: WaitState | None, from_branches: WaitState | None
+) -> WaitState:
+    """The counter state on entry to a label: fall-through state joined with branch states."""
+    if fallthrough is None:
+        merged = from_branches
+    elif from_branches is None:
+        merged = fallthrough
+    else:
+        merged = fallthrough.merge(from_branches)
+    return (merged or WaitState()).copy()
+
+
 def insert_waitcnt(program: Program) -> Program:
     """Return ``program`` (physical registers) with the ``s_waitcnt`` it needs inserted."""
     body = program.body
@@ -158,13 +171,7 @@ def insert_waitcnt(program: Program) -> Program:
         state: WaitState | None = WaitState()
         for ins in body:
             if isinstance(ins, Label):
-                incoming = at_label.get(ins.name)
-                merged = (
-                    incoming
-                    if state is None
-                    else (state if incoming is None else state.merge(incoming))
-                )
-                state = (merged or WaitState()).copy()
+                state = _state_at_label(state, at_label.get(ins.name))
                 continue
             if state is None:
                 continue  # unreachable code after an unconditional branch
@@ -183,13 +190,7 @@ def insert_waitcnt(program: Program) -> Program:
     state = WaitState()
     for ins in body:
         if isinstance(ins, Label):
-            incoming = at_label.get(ins.name)
-            merged = (
-                incoming
-                if state is None
-                else (state if incoming is None else state.merge(incoming))
-            )
-            state = (merged or WaitState()).copy()
+            state = _state_at_label(state, at_label.get(ins.name))
             out.append(ins)
             continue
         if state is None:
