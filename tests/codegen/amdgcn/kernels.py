@@ -1,5 +1,6 @@
 """TVMScript kernels the AMDGCN backend tests compile (one workgroup size per kernel)."""
 
+from example_loader import load_example
 from tvm.script import tirx as T
 
 import tilewave  # noqa: F401  (registers T.tilewave.* before the kernels are parsed)
@@ -82,24 +83,10 @@ def guarded_scale(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32"), n:
 # v_mfma_f32_16x16x16_{f16,bf16} lane layout (lane l, j = 0..3): A[l % 16][4 * (l // 16) + j],
 # B[4 * (l // 16) + j][l % 16], result acc[j] = C[4 * (l // 16) + j][l % 16]. With B given
 # transposed (BT[n, k] = B[k, n]) both fragments are 4 contiguous 16-bit values.
-GEMM_K = 64
-
-
-@T.prim_func
-def gemm_f16(A: T.Buffer((16, GEMM_K), "float16"), BT: T.Buffer((16, GEMM_K), "float16"),
-             C: T.Buffer((16, 16), "float32")):
-    for _bx in T.thread_binding(1, thread="blockIdx.x"):
-        for tx in T.thread_binding(64, thread="threadIdx.x"):
-            acc = T.alloc_buffer((4,), "float32", scope="local")
-            acc[T.Ramp(0, 1, 4)] = T.Broadcast(T.float32(0), 4)
-            for k in range(GEMM_K // 16):
-                acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin(
-                    "float32x4", "llvm.amdgcn.mfma.f32.16x16x16f16",
-                    A[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
-                    BT[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
-                    acc[T.Ramp(0, 1, 4)], 0, 0, 0)
-            for r in T.unroll(4):
-                C[tx // 16 * 4 + r, tx % 16] = acc[r]
+# The copyable example is the f16 GEMM under test.
+_GEMM_EXAMPLE = load_example("amdgcn_gemm.py")
+GEMM_K = _GEMM_EXAMPLE.K
+gemm_f16 = _GEMM_EXAMPLE.gemm
 
 
 @T.prim_func
