@@ -86,7 +86,7 @@ def guarded_scale(A: T.Buffer((N,), "float32"), B: T.Buffer((N,), "float32"), n:
 # The copyable example is the f16 GEMM under test.
 _GEMM_EXAMPLE = load_example("amdgcn_gemm.py")
 GEMM_K = _GEMM_EXAMPLE.K
-gemm_f16 = _GEMM_EXAMPLE.gemm
+gemm_f16 = _GEMM_EXAMPLE.gemm.with_attr("global_symbol", "gemm_f16")
 
 
 @T.prim_func
