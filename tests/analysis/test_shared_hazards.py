@@ -60,3 +60,41 @@ def test_unknown_op_on_shared_memory_is_an_error():
 def test_unknown_target_is_an_error():
     with pytest.raises(UnknownTargetError, match="unknown target"):
         find_shared_hazards(split_wrong_order, "gfx9999")
+
+
+@T.prim_func
+def while_barrier_at_the_end(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        i: T.int32 = 0
+        while i < 5:
+            S[tx] = A[tx]
+            T.tilewave.lds_barrier()
+            B[tx] = B[tx] + S[63 - tx]
+            i = i + 1
+
+
+def test_while_back_edge_carries_the_read_to_the_next_write():
+    (hazard,) = find_shared_hazards(while_barrier_at_the_end, "gfx942")
+    assert hazard.kind is HazardKind.WAR
+    assert (hazard.first.describe(), hazard.second.describe()) == ("read S[63 - tx]", "write S[tx]")
+
+
+@T.prim_func
+def while_on_a_loaded_counter(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        i: T.int32 = 0
+        while i < T.Cast("int32", A[0]):
+            S[tx] = A[tx]
+            T.tilewave.lds_barrier()
+            B[tx] = B[tx] + S[63 - tx]
+            T.tilewave.lds_barrier()
+            i = i + 1
+
+
+def test_barrier_in_a_while_on_a_loaded_value_is_divergent():
+    """Threads may load different values (global memory changes): the loop may diverge."""
+    assert len(find_divergent_barriers(while_on_a_loaded_counter)) == 2
+    (hazard,) = find_shared_hazards(while_on_a_loaded_counter, "gfx942")
+    assert (hazard.first.describe(), hazard.second.describe()) == ("write S[tx]", "read S[63 - tx]")

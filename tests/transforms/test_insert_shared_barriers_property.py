@@ -1,7 +1,8 @@
 """Property test: the hazard verifier is the oracle for InsertSharedBarriers.
 
-Small random kernels (stores, loads, atomics, async copies, barriers, loops, uniform and
-divergent branches over two shared buffers; indices through ``Bind`` variables and, inside
+Small random kernels (stores, loads, atomics, async copies, barriers, ``for`` and
+``while`` loops (counter-driven, uniform or thread-dependent), uniform and divergent
+branches over two shared buffers; indices through ``Bind`` variables and, inside
 loops, multibuffer-style slots ``(k & 1) * 32 + ...`` and ``tx + k``) are printed as
 TVMScript and parsed. For each:
 after the pass the verifier finds no hazard; the pass changes a kernel only when the
@@ -76,18 +77,27 @@ def block(depth, counter, divergent=False, loop_var=None):
     def make(draw):
         lines = []
         for _ in range(draw(st.integers(1, 3))):
-            choice = draw(st.sampled_from(["leaf", "leaf", "loop", "if_u", "if_d"]))
+            choice = draw(
+                st.sampled_from(["leaf", "leaf", "loop", "if_u", "if_d", "while_u", "while_d"])
+            )
             if choice == "leaf" or depth == 0:
                 lines += draw(leaf(divergent, loop_var, counter))
                 continue
             counter[0] += 1
             name = f"k{counter[0]}" if choice == "loop" else loop_var
-            body = draw(block(depth - 1, counter, divergent or choice == "if_d", name))
+            inner_divergent = divergent or choice in ("if_d", "while_d")
+            body = draw(block(depth - 1, counter, inner_divergent, name))
             header = {
                 "loop": f"for {name} in range({draw(st.integers(1, 4))}):",
                 "if_u": "if n > 0:",
                 "if_d": f"if tx < {THREADS // 2}:",
+                "while_u": f"while w{counter[0]} < n:",
+                "while_d": f"while w{counter[0]} < tx % 3:",
             }[choice]
+            if choice.startswith("while"):
+                # a local counter: uniform (``while_u``) unless the bound is per thread
+                lines.append(f"w{counter[0]}: T.int32 = 0")
+                body = [*body, f"w{counter[0]} = w{counter[0]} + 1"]
             lines.append(header)
             lines += ["    " + ln for ln in body]
         return lines

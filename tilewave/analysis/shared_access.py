@@ -449,17 +449,24 @@ def repeated_loops(body: Any) -> set[Any]:
     return repeated
 
 
-def is_thread_dependent(expr: Any, thread_vars: Iterable[ir.expr.Var]) -> bool:
-    """True when ``expr`` reads a thread index or shared memory (its value may differ per
-    thread, so control flow on it may diverge)."""
+def is_thread_dependent(
+    expr: Any, thread_vars: Iterable[ir.expr.Var], uniform: Iterable[Any] = ()
+) -> bool:
+    """True when ``expr`` reads a thread index or memory (its value may differ per
+    thread, so control flow on it may diverge). Loads of the buffers in ``uniform`` (local
+    buffers equal in every thread, see
+    :func:`tilewave.analysis.uniform_locals.uniform_local_buffers`) are not."""
     targets = list(thread_vars)
+    same = list(uniform)
     found = False
 
     def check(node: Any) -> None:
         nonlocal found
         if isinstance(node, ir.expr.Var) and any(node.same_as(v) for v in targets):
             found = True
-        elif type(node).__name__ == "TensorLoad":
+        elif type(node).__name__ == "TensorLoad" and not any(
+            node.source.same_as(b) for b in same
+        ):
             found = True  # a loaded value may differ between threads
 
     post_order_visit(expr, check)

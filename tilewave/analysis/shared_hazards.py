@@ -45,6 +45,7 @@ from tilewave.analysis.shared_access import (
     statement_accesses,
     sync_action,
 )
+from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -99,7 +100,12 @@ class _Graph:
         self.concurrent: list[tuple[range, range]] = []
         #: loop back edges (body end, body start) -> the loop's ``For`` statement
         self.back_edges: dict[tuple[int, int], Any] = {}
+        #: ``While`` back edges -> the number of serial loops around the ``While`` (loops
+        #: deeper than that start a new instance in the next iteration)
+        self.while_back_edges: dict[tuple[int, int], int] = {}
         self._thread_vars = thread_vars
+        #: local buffers equal in every thread (loop counters): loads of them are uniform
+        self.uniform: frozenset[Any] = frozenset()
         #: ``For`` statements that occur at several places (not one identifiable loop)
         self.repeated: set[Any] = set()
         self._func_name = func_name
@@ -125,7 +131,7 @@ class _Graph:
         if isinstance(stmt, tirx.For):
             return self._build_for(stmt, entry, scope, divergent)
         if isinstance(stmt, tirx.While):
-            return self._build_loop(stmt.body, stmt.condition, entry, scope, divergent, None)
+            return self._build_while(stmt, entry, scope, divergent)
         if is_leaf_statement(stmt):
             node = self.new(
                 accesses=statement_accesses(stmt, scope, self._func_name),
@@ -150,7 +156,7 @@ class _Graph:
 
     def _build_if(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         head = self._condition(stmt.condition, stmt, entry, scope, divergent)
-        inner = divergent or is_thread_dependent(scope.resolve(stmt.condition), self._thread_vars)
+        inner = divergent or self._divergent(stmt.condition, scope)
         then_in = self.new()
         self.edge(head, then_in)
         then_out = self.build(stmt.then_case, then_in, scope.assuming(stmt.condition), inner)
@@ -168,37 +174,39 @@ class _Graph:
         self.edge(else_out, exit_node)
         return exit_node
 
+    def _divergent(self, cond: Any, scope: AccessScope) -> bool:
+        return is_thread_dependent(scope.resolve(cond), self._thread_vars, self.uniform)
+
+    def _build_while(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
+        """head -> condition -> (body -> head | exit): zero or more iterations."""
+        inner = divergent or self._divergent(stmt.condition, scope)
+        head = self.new()
+        self.edge(entry, head)
+        cond = self._condition(stmt.condition, stmt, head, scope, divergent)
+        body_in = self.new()
+        self.edge(cond, body_in)
+        body_out = self.build(stmt.body, body_in, scope, inner)
+        self.edge(body_out, head)
+        self.while_back_edges[(body_out, head)] = len(scope.loops)
+        exit_node = self.new()
+        self.edge(cond, exit_node)
+        return exit_node
+
     def _build_for(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         if stmt.kind == tirx.ForKind.THREAD_BINDING:
             return self.build(stmt.body, entry, scope, divergent)
         loop = LoopRange.of(stmt, scope, self._thread_vars)
         if stmt in self.repeated:
             loop = LoopRange(loop.var, loop.min, loop.extent)  # not one identifiable loop
-        bounds = tirx.Add(stmt.min, stmt.extent)
-        return self._build_loop(
-            stmt.body, bounds, entry, scope.within_loop(loop), divergent, loop.extent, scope
-        )
-
-    def _build_loop(
-        self,
-        body: Any,
-        bound: Any,
-        entry: int,
-        scope: AccessScope,
-        divergent: bool,
-        ext: int | None,
-        outer: AccessScope | None = None,
-    ) -> int:
-        inner = divergent or is_thread_dependent(
-            (outer or scope).resolve(bound), self._thread_vars
-        )
+        inner = divergent or self._divergent(tirx.Add(stmt.min, stmt.extent), scope)
         body_in = self.new()
         self.edge(entry, body_in)
-        body_out = self.build(body, body_in, scope, inner)
+        body_out = self.build(stmt.body, body_in, scope.within_loop(loop), inner)
+        ext = loop.extent
         if ext is None or ext > 1:
             self.edge(body_out, body_in)
-            if outer is not None and scope.loops[-1].loop is not None:
-                self.back_edges[(body_out, body_in)] = scope.loops[-1].loop
+            if loop.loop is not None:
+                self.back_edges[(body_out, body_in)] = loop.loop
         exit_node = self.new()
         self.edge(body_out, exit_node)
         if ext is None or ext < 1:
@@ -256,6 +264,9 @@ class _Search:
     ) -> tuple[int, ...]:
         """Iteration distances (per loop of the start access) after the edge ``src->dst``:
         a back edge is one iteration more of its loop and a new instance of loops inside."""
+        depth = self.graph.while_back_edges.get((src, dst))
+        if depth is not None:
+            return (*distance[:depth], *(FAR,) * (len(loops) - depth))[: len(loops)]
         loop = self.graph.back_edges.get((src, dst))
         if loop is None:
             return distance
@@ -290,6 +301,7 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
     graph = _Graph(list(thread_extents), str(name) if name is not None else None)
     graph.repeated = repeated_loops(func.body)
+    graph.uniform = uniform_local_buffers(func)
     entry = graph.new()
     graph.build(func.body, entry, AccessScope(), False)
     return graph, thread_extents

@@ -56,6 +56,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
     touches_shared_or_sync,
 )
+from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.errors import MalformedKernelError, PassOptionError, TilewaveError, where
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import post_order_visit, rebuild
@@ -143,6 +144,20 @@ def _around(state: _State, loop: Any) -> _State:
     return {acc: p.around(acc, loop) for acc, p in state.items()}
 
 
+def _around_while(state: _State, depth: int) -> _State:
+    """``state`` at the end of an iteration of a ``While`` inside ``depth`` serial loops,
+    seen from the start of the next: loops inside the ``While`` start a new instance (any
+    distance); the enclosing loops stay in the same iteration."""
+    out = {}
+    for acc, p in state.items():
+        now = p.iterations(acc)
+        for lp in acc.loops[depth:]:
+            if lp.loop is not None:
+                now[lp.loop] = frozenset({FAR})
+        out[acc] = _Pending(p.landed, p.signalled, _carried(now))
+    return out
+
+
 class _Placer:
     """Walks one PrimFunc body and decides where barriers go."""
 
@@ -152,6 +167,7 @@ class _Placer:
         self.split = split
         self._access_cache: dict[Any, list[SharedAccess]] = {}
         self._repeated = repeated_loops(func.body)
+        self.uniform = uniform_local_buffers(func)
 
     # -- facts ---------------------------------------------------------------------------
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
@@ -178,6 +194,9 @@ class _Placer:
             return out
         if isinstance(stmt, tirx.For):
             return self.all_accesses(stmt.body, self._scope_inside(stmt, scope))
+        if isinstance(stmt, tirx.While):
+            out = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
+            return out + self.all_accesses(stmt.body, scope)
         if is_leaf_statement(stmt):
             return self.accesses(stmt, scope)
         return self.all_accesses(stmt.body, scope)
@@ -199,7 +218,7 @@ class _Placer:
 
     def is_divergent(self, expr: Any, scope: AccessScope) -> bool:
         """Whether control flow on ``expr`` may differ between threads."""
-        return is_thread_dependent(scope.resolve(expr), list(self.thread_extents))
+        return is_thread_dependent(scope.resolve(expr), list(self.thread_extents), self.uniform)
 
     # -- barrier decisions ---------------------------------------------------------------
     def barrier_before(
@@ -255,6 +274,8 @@ class _Placer:
             return self.visit_if(stmt, state, scope, divergent)
         if isinstance(stmt, tirx.For):
             return self.visit_for(stmt, state, scope, divergent)
+        if isinstance(stmt, tirx.While):
+            return self.visit_while(stmt, state, scope, divergent)
         if is_leaf_statement(stmt):
             return self.visit_leaf(stmt, state, scope, divergent)
         body_items, state = self.visit(stmt.body, state, scope, divergent)
@@ -407,6 +428,57 @@ class _Placer:
             if joined == head:
                 new_body = self.sequence(items, body)
                 return new_body, head, out, _barrier_count(new_body) - _barrier_count(body)
+            head = joined
+        raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
+
+    def visit_while(
+        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
+    ) -> tuple[list[Any], _State]:
+        """A ``While`` runs zero or more times: its condition at the head, accesses carried
+        over the back edge at any distance; barriers as for a ``For`` (hoisted when that
+        saves barriers inside)."""
+        inner = divergent or self.is_divergent(stmt.condition, scope)
+        prefix: list[Any] = []
+        if inner and not divergent:
+            prefix, state = self.enter_divergent(stmt, state, scope)
+        cond_accesses = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
+        barrier, state = self.barrier_before(cond_accesses, state)
+        if barrier is not None:
+            if divergent:
+                raise self.divergent_error(stmt)
+            prefix.append(barrier)
+        body, out, count = self.while_fixpoint(stmt, state, scope, inner)
+        barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
+        if barrier is not None and not inner:
+            hoisted = self.while_fixpoint(stmt, hoisted_state, scope, inner)
+            if hoisted[2] < count:
+                prefix.append(barrier)
+                body, out, _ = hoisted
+        new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
+        return [*prefix, new_stmt], out
+
+    def while_fixpoint(
+        self, stmt: Any, entry: _State, scope: AccessScope, divergent: bool
+    ) -> tuple[Any, _State, int]:
+        """The fixed point of a ``While`` whose entry state needs no barrier before the
+        condition. Returns the new body, the state after the condition at the head (the
+        exit state: zero or more iterations) and the number of barriers placed in the body.
+        A condition that conflicts with the body gets its barrier at the end of the body."""
+        cond = tirx.Evaluate(stmt.condition)
+        cond_accesses = self.accesses(cond, scope, owner=stmt)
+        head = entry
+        for _ in range(_MAX_FIXPOINT_ROUNDS):
+            _, after_cond = self.visit_leaf(cond, head, scope, divergent, owner=stmt)
+            items, out = self.visit(stmt.body, after_cond, scope, divergent)
+            tail, back = self.barrier_before(cond_accesses, _around_while(out, len(scope.loops)))
+            if tail is not None:
+                if divergent:
+                    raise self.divergent_error(stmt)
+                items.append(tail)
+            joined = _merge(head, back)
+            if joined == head:
+                new_body = self.sequence(items, stmt.body)
+                return new_body, after_cond, _barrier_count(new_body) - _barrier_count(stmt.body)
             head = joined
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 

@@ -1,0 +1,119 @@
+"""Local (per-thread) buffers that hold the same value in every thread.
+
+A ``while`` loop counts with a local scalar (``i: T.int32 = 0 ... while i < n: ... i = i + 1``);
+whether such a loop is thread-divergent depends on whether ``i`` is the same in every
+thread. :func:`uniform_local_buffers` answers that for every ``local``-scope buffer of a
+function: a buffer is uniform when every store to it writes a uniform value at a uniform
+index under uniform control flow (no enclosing ``if``/``while``/loop bound that depends on
+the thread index, on shared or global memory, or on a non-uniform local). Starting from
+"every local is uniform", buffers are removed until nothing changes (the greatest fixed
+point: if all threads run the same stores with the same values, they keep agreeing).
+
+A local whose storage a call can reach (it appears inside an ``Evaluate``'s call, e.g. the
+``tw_ready[0]`` operand that ``mbarrier.try_wait`` writes, or through ``.data``) is never
+uniform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_access import (
+    AccessScope,
+    collect_thread_extents,
+    is_leaf_statement,
+    is_thread_dependent,
+)
+from tilewave.analysis.shared_buffers import buffer_scope, is_buffer
+from tilewave.ir.walker import post_order_visit
+
+__all__ = ["uniform_local_buffers"]
+
+
+@dataclass(frozen=True)
+class _Store:
+    buffer: Any
+    exprs: tuple[Any, ...]  # value, indices and the enclosing control conditions, resolved
+
+
+def _collect(stmt: Any, scope: AccessScope, guards: tuple[Any, ...], out: list[_Store]) -> None:
+    if isinstance(stmt, tirx.SeqStmt):
+        for item in stmt.seq:
+            _collect(item, scope, guards, out)
+            if isinstance(item, tirx.Bind):
+                scope = scope.binding(item.var, item.value)
+        return
+    if isinstance(stmt, tirx.IfThenElse):
+        inner = (*guards, scope.resolve(stmt.condition))
+        _collect(stmt.then_case, scope, inner, out)
+        if stmt.else_case is not None:
+            _collect(stmt.else_case, scope, inner, out)
+        return
+    if isinstance(stmt, tirx.While):
+        _collect(stmt.body, scope, (*guards, scope.resolve(stmt.condition)), out)
+        return
+    if isinstance(stmt, tirx.For):
+        bound = scope.resolve(tirx.Add(stmt.min, stmt.extent))
+        inner = guards if stmt.kind == tirx.ForKind.THREAD_BINDING else (*guards, bound)
+        _collect(stmt.body, scope, inner, out)
+        return
+    if isinstance(stmt, tirx.BufferStore):
+        exprs = (scope.resolve(stmt.value), *(scope.resolve(i) for i in stmt.indices), *guards)
+        out.append(_Store(stmt.buffer, exprs))
+        return
+    if is_leaf_statement(stmt):
+        return
+    _collect(stmt.body, scope, guards, out)
+
+
+def _locals_reached_by_calls(body: Any) -> list[Any]:
+    """Local buffers named inside an ``Evaluate``'s call or through ``buffer.data``."""
+    found: list[Any] = []
+
+    def add_buffers(node: Any) -> None:
+        if isinstance(node, ir.expr.Var) and is_buffer(node) and buffer_scope(node) == "local":
+            found.append(node)
+
+    def check(node: Any) -> None:
+        if isinstance(node, tirx.Evaluate):
+            post_order_visit(node.value, add_buffers)
+        elif isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
+            if node.op.name == "tirx.buffer_data":
+                post_order_visit(node, add_buffers)
+
+    post_order_visit(body, check)
+    return found
+
+
+def uniform_local_buffers(func: tirx.PrimFunc) -> frozenset[Any]:
+    """The ``local`` buffers of ``func`` whose value is the same in every thread.
+
+    Args:
+        func: a kernel; threads bound by ``T.thread_binding`` or ``T.launch_thread``.
+
+    Returns:
+        the buffer variables (``Var`` typed ``BufferType``), usable as the ``uniform``
+        argument of :func:`tilewave.analysis.shared_access.is_thread_dependent`.
+    """
+    stores: list[_Store] = []
+    _collect(func.body, AccessScope(), (), stores)
+    thread_vars = list(collect_thread_extents(func))
+    reached = _locals_reached_by_calls(func.body)
+    uniform = {
+        s.buffer
+        for s in stores
+        if buffer_scope(s.buffer) == "local" and not any(s.buffer.same_as(r) for r in reached)
+    }
+    changed = True
+    while changed:
+        changed = False
+        for store in stores:
+            if store.buffer in uniform and any(
+                is_thread_dependent(e, thread_vars, uniform) for e in store.exprs
+            ):
+                uniform.discard(store.buffer)
+                changed = True
+    return frozenset(uniform)
