@@ -1,7 +1,8 @@
 """Barriers per loop iteration before and after multibuffering (N = 1, 2, 3).
 
 A pipelined loop (load a tile into shared memory, compute from it) is written without
-barriers; for each multibuffer count N the kernel goes through ``multi_buffer`` and then
+barriers, once with a plain store and once with ``cp.async`` loading the tile; for each
+multibuffer count N the kernel goes through ``multi_buffer`` and then
 ``insert_shared_barriers``, and the barrier statements left inside the loop body are
 counted (on split-barrier targets a signal and its wait are two statements).
 
@@ -47,6 +48,23 @@ def pipelined(A: T.Buffer((TRIPS, NT), "float32"), B: T.Buffer((TRIPS, NT), "flo
             for j in range(WINDOW):  # compute from the tile (other threads' elements)
                 acc[0] = acc[0] + S[(tx + j + 1) % NT]
             B[k, tx] = acc[0]
+
+
+@T.prim_func
+def pipelined_cp_async(A: T.Buffer((TRIPS, NT), "float32"), B: T.Buffer((TRIPS, NT), "float32")):
+    for tx in T.thread_binding(NT, thread="threadIdx.x"):
+        S = T.alloc_buffer((NT,), "float32", scope="shared")
+        acc = T.alloc_buffer((1,), "float32", scope="local")
+        for k in range(TRIPS):
+            # load tile k with cp.async: the slot is only inside the destination address
+            T.ptx.cp.async_.ca.shared.global_(T.address_of(S[tx]), T.address_of(A[k, tx]), 4)
+            acc[0] = T.float32(0)
+            for j in range(WINDOW):
+                acc[0] = acc[0] + S[(tx + j + 1) % NT]
+            B[k, tx] = acc[0]
+
+
+KERNELS = {"store": pipelined, "cp.async": pipelined_cp_async}
 
 
 def _load_interpreter() -> Any:
@@ -131,20 +149,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"interpreter oracle unavailable for {args.target}: {err}")
         interp = None
     rows = []
-    for count in (1, 2, 3):
-        synced = insert_shared_barriers(multi_buffer(pipelined, count=count), args.target)
-        pass_count = len(loop_barriers(synced))
-        minimal = minimal_barriers(synced, interp, a, expected) if interp else None
-        rows.append((count, pass_count, len(loop_barriers(minimal)) if minimal else None))
-    base_pass, base_min = rows[0][1], rows[0][2]
+    for load, kernel in KERNELS.items():
+        for count in (1, 2, 3):
+            synced = insert_shared_barriers(multi_buffer(kernel, count=count), args.target)
+            pass_count = len(loop_barriers(synced))
+            minimal = minimal_barriers(synced, interp, a, expected) if interp else None
+            needed = len(loop_barriers(minimal)) if minimal else None
+            rows.append((load, count, pass_count, needed))
     print(f"target {args.target}; loop of {TRIPS} iterations, {NT} threads, tile of {NT} floats")
-    print("| N | barriers/iter (InsertSharedBarriers) | ratio vs N=1 "
-          "| barriers/iter needed (interpreter oracle) | ratio vs N=1 |")
-    print("|---|---|---|---|---|")
-    for count, pass_count, min_count in rows:
+    print(
+        "| tile load | N | barriers/iter (InsertSharedBarriers) | ratio vs N=1 "
+        "| barriers/iter needed (interpreter oracle) | ratio vs N=1 |"
+    )
+    print("|---|---|---|---|---|---|")
+    for load, count, pass_count, min_count in rows:
+        base_pass, base_min = next((r[2], r[3]) for r in rows if r[0] == load and r[1] == 1)
         oracle = f"{min_count} | {min_count / base_min:.2f}" if base_min else "n/a | n/a"
-        print(f"| {count} | {pass_count} | {pass_count / base_pass:.2f} | {oracle} |")
-
+        print(f"| {load} | {count} | {pass_count} | {pass_count / base_pass:.2f} | {oracle} |")
 
 if __name__ == "__main__":
     main()

@@ -30,6 +30,7 @@ from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.analysis.copy_regions import copy_region
 from tilewave.analysis.region_proof import FAR, analysable, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.errors import MalformedKernelError, where
@@ -306,11 +307,16 @@ class _AccessCollector(TIRVisitor):
         self._depth = 0
         self._in_address = 0
 
-    def add(self, buffer: Any, kind: AccessKind, indices: Iterable[Any] | None) -> None:
+    def add(
+        self,
+        buffer: Any,
+        kind: AccessKind,
+        indices: Iterable[Any] | None,
+        extra_loop: LoopRange | None = None,
+    ) -> None:
         idx = None if indices is None else tuple(indices)
-        self.accesses.append(
-            SharedAccess(buffer, kind, idx, self._stmt, self._scope.loops, self._scope)
-        )
+        loops = self._scope.loops + ((extra_loop,) if extra_loop is not None else ())
+        self.accesses.append(SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope))
 
     def visit_TensorLoad(self, node: Any) -> None:
         self.generic_visit(node)
@@ -336,7 +342,13 @@ class _AccessCollector(TIRVisitor):
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
         for kind in _kinds_of(effect):
             for buffer in buffers:
-                self.add(buffer, kind, None)
+                region = copy_region(node, buffer) if kind is AccessKind.ASYNC_WRITE else None
+                if region is None:
+                    self.add(buffer, kind, None)
+                    continue
+                indices, var, count = region
+                zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
+                self.add(buffer, kind, indices, LoopRange(var, 0, count, bounds=(zero, end)))
 
 
 def _kinds_of(effect: OpEffect) -> list[AccessKind]:
@@ -365,7 +377,8 @@ def statement_accesses(
 
     For a ``BufferStore`` the loads of the value and indices come first, then the write.
     A call that takes a shared buffer's address is classified through the op table and
-    accesses the whole buffer.
+    accesses the whole buffer, except the destination of an async copy whose written
+    elements :func:`tilewave.analysis.copy_regions.copy_region` can read.
 
     Raises:
         UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.

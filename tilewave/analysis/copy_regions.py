@@ -1,0 +1,120 @@
+"""The shared-memory elements an async copy writes, read from its destination operand.
+
+A ``cp.async`` (``tirx.ptx.cp_async_ca*``/``cp_async_cg*``: operands ``dst, src, cp_size``)
+or a non-tensor ``cp.async.bulk`` global->shared copy (``tirx.ptx.cp_async_bulk_g2s_*``:
+``dst, src, size, ...``) writes ``size`` bytes starting at its destination address. When
+that address is ``T.address_of(S[i...])`` (possibly wrapped in
+``T.cuda.cvta_generic_to_shared``) or ``T.tvm_access_ptr(T.type_annotation(dtype),
+S.data, offset, extent, rw)`` with ``dtype`` the element type of ``S``, and the byte
+count is a constant, the written region is the ``ceil(size / element_bytes)`` elements
+from that start in row-major order. It is returned as indices over a fresh variable
+``cp_elem`` in ``[0, n)``; :mod:`tilewave.analysis.shared_access` adds it to the access
+as a ``LoopRange`` with no ``For`` (an independent "loop" over the copied elements), so the
+region proofs treat it like any other bounded index variable.
+
+Anything else (TMA tensor copies, whose box is in a tensor map; LDS DMA, whose lanes write
+consecutive slots from a wave-wide base; a byte count that is not a constant) returns
+``None``: the whole buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import ir, tirx
+
+from tilewave.ir.intrinsics import callee_name
+
+__all__ = ["COPY_OPERANDS", "copy_region"]
+
+_PTX = "tirx.ptx."
+#: op-name prefix -> (destination operand, byte-count operand)
+COPY_OPERANDS: dict[str, tuple[int, int]] = {
+    _PTX + "cp_async_ca": (0, 2),
+    _PTX + "cp_async_cg": (0, 2),
+    _PTX + "cp_async_bulk_g2s_cta": (0, 2),
+    _PTX + "cp_async_bulk_g2s_cluster": (0, 2),
+}
+_UNWRAP = frozenset({"tirx.cuda.cvta_generic_to_shared"})
+
+
+def _operands_of(name: str) -> tuple[int, int] | None:
+    for prefix, operands in COPY_OPERANDS.items():
+        if name.startswith(prefix):
+            return operands
+    return None
+
+
+def _element_bytes(dtype: str) -> int | None:
+    dt = tvm.DataType(dtype)
+    bits = dt.bits * dt.lanes
+    return bits // 8 if bits % 8 == 0 and bits > 0 else None
+
+
+def _start(address: Any) -> tuple[Any, tuple[Any, ...] | None] | None:
+    """``(buffer, start indices)`` of a destination address, or ``(buffer, None)`` for a
+    flat element offset given as ``((offset,),)``; ``None`` when not understood."""
+    while isinstance(address, ir.expr.Call) and callee_name(address) in _UNWRAP:
+        address = address.args[0]
+    if not isinstance(address, ir.expr.Call):
+        return None
+    name = callee_name(address)
+    if name == "tirx.address_of" and len(address.args) == 1:
+        load = address.args[0]
+        if type(load).__name__ == "TensorLoad":
+            return load.source, tuple(load.indices)
+        return None
+    if name == "tirx.tvm_access_ptr" and len(address.args) == 5:
+        ptype, data, offset = address.args[0], address.args[1], address.args[2]
+        if not (isinstance(data, ir.expr.Call) and callee_name(data) == "tirx.buffer_data"):
+            return None
+        buffer = data.args[0]
+        if str(getattr(ptype, "ty", "")) != str(buffer.ty.dtype):
+            return None
+        return buffer, ((offset,),)
+    return None
+
+
+def _flat_to_indices(shape: list[int], flat: Any) -> tuple[Any, ...]:
+    """Row-major indices of element ``flat`` of a buffer of constant ``shape``."""
+    out = []
+    stride = 1
+    for dim in reversed(range(len(shape))):
+        quotient = flat if stride == 1 else tirx.floordiv(flat, stride)
+        out.append(quotient if dim == 0 else tirx.floormod(quotient, shape[dim]))
+        stride *= shape[dim]
+    return tuple(reversed(out))
+
+
+def copy_region(call: ir.expr.Call, buffer: Any) -> tuple[tuple[Any, ...], Any, int] | None:
+    """The elements of ``buffer`` that the async copy ``call`` writes.
+
+    Returns ``(indices, var, count)``: the indices over the fresh ``var``, which ranges over
+    ``[0, count)``; ``None`` when the region is not known (treat as the whole buffer).
+    """
+    operands = _operands_of(callee_name(call))
+    if operands is None or len(call.args) <= max(operands):
+        return None
+    dst, size = (call.args[i] for i in operands)
+    start = _start(dst)
+    if start is None or not start[0].same_as(buffer) or not isinstance(size, tirx.IntImm):
+        return None
+    elem_bytes = _element_bytes(str(buffer.ty.dtype))
+    shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
+    if elem_bytes is None or None in shape or int(size.value) <= 0:
+        return None
+    count = -(-int(size.value) // elem_bytes)
+    var = tirx.Var("cp_elem", "int32")
+    _, indices = start
+    if len(indices) == 1 and isinstance(indices[0], tuple):
+        flat = indices[0][0]
+    elif len(indices) == len(shape):
+        flat = indices[-1]
+        stride = shape[-1]
+        for idx, ext in zip(reversed(indices[:-1]), reversed(shape[:-1]), strict=True):
+            flat = flat + idx * stride
+            stride *= ext
+    else:
+        return None
+    return _flat_to_indices(shape, flat + var), var, count
