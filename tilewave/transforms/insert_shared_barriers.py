@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from tilewave.analysis.shared_access import (
@@ -61,6 +62,13 @@ from tilewave.errors import MalformedKernelError, PassOptionError, TilewaveError
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import post_order_visit, rebuild
 from tilewave.targets import TargetInfo, get_target
+from tilewave.transforms.named_barriers import (
+    MAX_NAMED_BARRIERS,
+    named_arrive,
+    named_sync,
+    strip_named_barriers,
+    warp_split,
+)
 
 __all__ = ["DivergentBarrierError", "InsertSharedBarriers", "insert_shared_barriers"]
 
@@ -168,6 +176,10 @@ class _Placer:
         self._access_cache: dict[Any, list[SharedAccess]] = {}
         self._repeated = repeated_loops(func.body)
         self.uniform = uniform_local_buffers(func)
+        self.target = target
+        #: named-barrier ids ``(raw, war)`` of each warp-split ``if`` (reused every round)
+        self._named_ids: dict[Any, tuple[int, int | None]] = {}
+        self._loop_depth = 0
 
     # -- facts ---------------------------------------------------------------------------
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
@@ -346,6 +358,9 @@ class _Placer:
         inner = divergent or self.is_divergent(stmt.condition, scope)
         prefix: list[Any] = []
         if inner and not divergent:
+            named = self.visit_warp_split(stmt, state, scope)
+            if named is not None:
+                return named
             prefix, state = self.enter_divergent(stmt, state, scope)
             self.check_branches_apart(stmt, scope)
         cond_items, state = self.visit_leaf(cond_stmt, state, scope, divergent, owner=stmt)
@@ -363,6 +378,121 @@ class _Placer:
         else:
             new_stmt = rebuild(stmt, changes)
         return [*prefix, new_stmt], _merge(then_state, else_state)
+
+    def branch_conflicts(self, stmt: Any, scope: AccessScope) -> list[tuple[Any, Any]]:
+        """Pairs of accesses of the two branches of ``stmt`` that may race in one execution."""
+        if stmt.else_case is None:
+            return []
+        then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
+        else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
+        return [
+            (a, b)
+            for a in then_acc
+            for b in else_acc
+            if may_conflict(a, b, self.thread_extents, same_iteration(a, b))
+        ]
+
+    def visit_warp_split(
+        self, stmt: Any, state: _State, scope: AccessScope
+    ) -> tuple[list[Any], _State] | None:
+        """A divergent ``if`` whose branches race, ordered with named barriers (CUDA,
+        warp-aligned ``tx < P``); ``None`` when its branches do not race."""
+        then_case = strip_named_barriers(stmt.then_case)
+        else_case = stmt.else_case
+        if else_case is not None:
+            else_case = strip_named_barriers(else_case)
+            stripped = rebuild(stmt, {"then_case": then_case, "else_case": else_case})
+        else:
+            stripped = rebuild(stmt, {"then_case": then_case})
+        conflicts = self.branch_conflicts(stripped, scope)
+        if not conflicts:
+            return None
+        split = warp_split(
+            scope.resolve(stmt.condition),
+            self.thread_extents,
+            self.target,
+            self.func_name,
+            stmt,
+            PASS_NAME,
+        )
+        then_writes = any(a.kind.writes for a, _ in conflicts)
+        else_writes = any(b.kind.writes for _, b in conflicts)
+        if then_writes == else_writes:
+            raise DivergentBarrierError(
+                f"{PASS_NAME}: both branches of the warp-split `if` {where(self.func_name, stmt)} "
+                "write shared memory the other branch uses; named barriers order one producer "
+                "branch before one consumer branch. Keep the writes in one branch."
+            )
+        raw, war = self.named_ids(stmt, in_loop=self._loop_depth > 0)
+        then_scope = scope.assuming(stmt.condition)
+        else_scope = scope.assuming(stmt.condition, False)
+        own = set(self.all_accesses(stripped.then_case, then_scope))
+        own |= set(self.all_accesses(stripped.else_case, else_scope))
+        buffers = [a.buffer for pair in conflicts for a in pair]
+        # earlier executions of this `if` are ordered by its own named barriers
+        others = {p: s for p, s in state.items() if p not in own}
+        barrier, others = self.barrier_before(own, others)
+        prefix = [barrier] if barrier is not None else []
+        cond_items, others = self.visit_leaf(
+            tirx.Evaluate(stmt.condition), others, scope, False, owner=stmt
+        )
+        prefix += [i for i in cond_items if isinstance(i, _Barrier)]
+        then_items, then_state = self.visit(stripped.then_case, others, then_scope, True)
+        else_items, else_state = self.visit(stripped.else_case, others, else_scope, True)
+        producer, consumer = (then_items, else_items) if then_writes else (else_items, then_items)
+        n = split.threads
+        last_p = self.last_touching(producer, buffers)
+        producer.insert(last_p + 1, named_arrive(raw, n))
+        first_c = self.first_touching(consumer, buffers)
+        consumer.insert(first_c, named_sync(raw, n))
+        if war is not None:
+            consumer.insert(self.last_touching(consumer, buffers) + 1, named_arrive(war, n))
+            producer.append(named_sync(war, n))
+        new_stmt = rebuild(
+            stmt,
+            {
+                "then_case": self.sequence(then_items, stmt.then_case),
+                "else_case": self.sequence(else_items, stmt.else_case),
+            },
+        )
+        if tvm_ffi.structural_equal(new_stmt, stmt):
+            new_stmt = stmt
+        return [*prefix, new_stmt], _merge(then_state, else_state)
+
+    def named_ids(self, stmt: Any, in_loop: bool) -> tuple[int, int | None]:
+        """The ``(raw, war)`` named-barrier ids of a warp-split ``if`` (``war`` None when
+        the ``if`` runs once)."""
+        if stmt not in self._named_ids:
+            used = [i for pair in self._named_ids.values() for i in pair if i is not None]
+            first = max(used, default=0) + 1
+            ids = (first, first + 1 if in_loop else None)
+            if max(i for i in ids if i is not None) >= MAX_NAMED_BARRIERS:
+                raise MalformedKernelError(
+                    f"{PASS_NAME}: {self.func_name} needs more than {MAX_NAMED_BARRIERS - 1} "
+                    f"named barriers (ids 1..{MAX_NAMED_BARRIERS - 1}; 0 is __syncthreads) "
+                    f"at the warp-split `if` {where(self.func_name, stmt)}. Use fewer "
+                    "producer/consumer splits per kernel."
+                )
+            self._named_ids[stmt] = ids
+        return self._named_ids[stmt]
+
+    def _touching(self, items: list[Any], buffers: list[Any]) -> list[int]:
+        return [
+            i
+            for i, item in enumerate(items)
+            if any(
+                any(acc.buffer.same_as(b) for b in buffers)
+                for acc in self.all_accesses(item, AccessScope())
+            )
+        ]
+
+    def last_touching(self, items: list[Any], buffers: list[Any]) -> int:
+        """Index of the last statement of ``items`` that accesses one of ``buffers``."""
+        return self._touching(items, buffers)[-1]
+
+    def first_touching(self, items: list[Any], buffers: list[Any]) -> int:
+        """Index of the first statement of ``items`` that accesses one of ``buffers``."""
+        return self._touching(items, buffers)[0]
 
     def check_branches_apart(self, stmt: Any, scope: AccessScope) -> None:
         """Threads in the two branches of a divergent ``if`` run concurrently."""
@@ -384,6 +514,21 @@ class _Placer:
             return [self.rebuilt(stmt, "body", items)], state
         inner_scope = self._scope_inside(stmt, scope)
         inner = divergent or self.is_divergent(tirx.Add(stmt.min, stmt.extent), scope)
+        self._loop_depth += 1
+        try:
+            return self._visit_serial_for(stmt, state, scope, divergent, inner_scope, inner)
+        finally:
+            self._loop_depth -= 1
+
+    def _visit_serial_for(
+        self,
+        stmt: Any,
+        state: _State,
+        scope: AccessScope,
+        divergent: bool,
+        inner_scope: AccessScope,
+        inner: bool,
+    ) -> tuple[list[Any], _State]:
         prefix: list[Any] = []
         if inner and not divergent:
             prefix, state = self.enter_divergent(stmt, state, scope)
@@ -447,6 +592,15 @@ class _Placer:
             if divergent:
                 raise self.divergent_error(stmt)
             prefix.append(barrier)
+        self._loop_depth += 1
+        try:
+            return self._visit_while(stmt, state, scope, inner, prefix)
+        finally:
+            self._loop_depth -= 1
+
+    def _visit_while(
+        self, stmt: Any, state: _State, scope: AccessScope, inner: bool, prefix: list[Any]
+    ) -> tuple[list[Any], _State]:
         body, out, count = self.while_fixpoint(stmt, state, scope, inner)
         barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
         if barrier is not None and not inner:
