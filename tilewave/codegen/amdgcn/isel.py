@@ -21,6 +21,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.codegen.amdgcn.isa import op_info
@@ -37,6 +38,7 @@ from tilewave.codegen.amdgcn.kir import (
     reg_class,
 )
 from tilewave.codegen.amdgcn.known_bits import KnownBits
+from tilewave.codegen.amdgcn.value_reuse import LoopFrame, LoopNest, ValueTable, pure_free_vars
 from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
 from tilewave.ir.walker import substitute
 from tilewave.targets import TargetInfo
@@ -203,6 +205,9 @@ class _Selector:
         self.stmt: object = None
         self.pointers: dict[object, int] = {}  # handle parameter -> kernarg offset
         self.vector_locals: set[object] = set()  # local buffers accessed with a Ramp index
+        self.values = ValueTable()  # pure expressions already in a register
+        self.loops = LoopNest()  # enclosing serial loops (for loop-invariant hoisting)
+        self.sink: list[Instr | Label] | None = None  # where emit() appends (None: the body)
 
     # -- emission helpers -------------------------------------------------------------
     def emit(
@@ -214,7 +219,8 @@ class _Selector:
         target: str | None = None,
         comment: str = "",
     ) -> None:
-        self.prog.body.append(Instr(opcode, list(defs), list(uses), mods, target, comment))
+        out = self.prog.body if self.sink is None else self.sink
+        out.append(Instr(opcode, list(defs), list(uses), mods, target, comment))
 
     def label(self, stem: str) -> str:
         return f".L{self.name}_{stem}{next(self.labels)}"
@@ -444,6 +450,10 @@ class _Selector:
 
     def s_Bind(self, node: object) -> None:
         self.bits.let(node.var, node.value)
+        free = pure_free_vars(node.value)
+        self.loops.define(
+            node.var, len(self.loops.frames) - 1 if free is None else self.loops.level(free)
+        )
         value = self.expr(node.value)
         if isinstance(value.op, VReg) and any(
             value.op in (b.regs or []) for b in self.buffers.values()
@@ -515,16 +525,19 @@ class _Selector:
         self.emit("s_mov_b32", [counter], [start.op], comment=f"loop {node.loop_var.name}")
         end = self.sbinop("add", start, count).op
         head, done = self.label("loop"), self.label("loop_end")
+        preheader_at = len(self.prog.body)  # hoisted code runs even when the body does not
         if ext is None:  # unknown trip count: skip the body when it is empty
             self.emit("s_cmp_ge_i32", [], [counter, end])
             self.emit("s_cbranch_scc1", target=done)
         self.prog.body.append(Label(head))
         self.env[node.loop_var] = Value(counter, "int32")
-        self.stmt_(node.body)
+        with self.loops.loop(node.loop_var, self.values.depth) as frame, self.values.scope():
+            self.stmt_(node.body)
         self.emit("s_add_u32", [counter], [counter, Imm.of_int(1)])
         self.emit("s_cmp_lt_i32", [], [counter, end])
         self.emit("s_cbranch_scc1", target=head)
         self.prog.body.append(Label(done))
+        self.prog.body[preheader_at:preheader_at] = frame.preheader
 
     def s_IfThenElse(self, node: tirx.IfThenElse) -> None:
         cond = node.condition
@@ -532,12 +545,12 @@ class _Selector:
             else_l, end_l = self.label("else"), self.label("endif")
             self.scalar_compare(cond, negate=True)
             self.emit("s_cbranch_scc1", target=else_l)
-            self.stmt_(node.then_case)
+            self.branch(node.then_case)
             if node.else_case is not None:
                 self.emit("s_branch", target=end_l)
             self.prog.body.append(Label(else_l))
             if node.else_case is not None:
-                self.stmt_(node.else_case)
+                self.branch(node.else_case)
                 self.prog.body.append(Label(end_l))
             return
         mask = self.lane_mask(cond)
@@ -545,14 +558,19 @@ class _Selector:
         else_l, end_l = self.label("else"), self.label("endif")
         self.emit("s_and_saveexec_b64", [saved], [mask], comment="divergent if")
         self.emit("s_cbranch_execz", target=else_l)
-        self.stmt_(node.then_case)
+        self.branch(node.then_case)
         self.prog.body.append(Label(else_l))
         if node.else_case is not None:
             self.emit("s_andn2_b64", [Sym("exec")], [saved, Sym("exec")])
             self.emit("s_cbranch_execz", target=end_l)
-            self.stmt_(node.else_case)
+            self.branch(node.else_case)
             self.prog.body.append(Label(end_l))
         self.emit("s_or_b64", [Sym("exec")], [Sym("exec"), saved])
+
+    def branch(self, stmt: object) -> None:
+        """Select one side of an ``if``: values computed there are not reused after it."""
+        with self.values.scope():
+            self.stmt_(stmt)
 
     def s_Evaluate(self, node: tirx.Evaluate) -> None:
         call = node.value
@@ -745,7 +763,7 @@ class _Selector:
         if (
             rest_a is not None
             and not rest_a.same_as(rest_b)
-            and not ir.structural_equal(rest_a, rest_b)
+            and not tvm_ffi.structural_equal(rest_a, rest_b)
         ):
             return None
         del diff_rest, diff_const
@@ -845,7 +863,28 @@ class _Selector:
                 "Rewrite it with +, -, *, //, %, min, max, casts or loads.",
             )
         kind, children, dtype = plan
-        return self.apply(kind, [self.expr(c) for c in children], dtype, hint)
+        free = pure_free_vars(expr) if hint is None and self.lane is None else None
+        if free is None:
+            return self.apply(kind, [self.expr(c) for c in children], dtype, hint)
+        known = self.values.lookup(expr)
+        if known is not None:
+            return known
+        args = [self.expr(c) for c in children]
+        frame = self.loops.hoist_target(free)
+        value = self.apply_in(frame, kind, args, dtype)
+        self.values.record(expr, value, None if frame is None else frame.scope_depth)
+        return value
+
+    def apply_in(self, frame: LoopFrame | None, kind: str, args: list[Value], dtype: str
+                 ) -> Value:
+        """:meth:`apply`, emitting into ``frame``'s preheader (None: here)."""
+        if frame is None:
+            return self.apply(kind, args, dtype)
+        saved, self.sink = self.sink, frame.preheader
+        try:
+            return self.apply(kind, args, dtype)
+        finally:
+            self.sink = saved
 
     def apply(self, kind: str, args: list[Value], dtype: str, hint: Operand | None = None) -> Value:
         if kind == "cast":
