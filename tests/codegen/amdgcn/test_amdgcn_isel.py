@@ -1,5 +1,6 @@
 """Instruction selection: uniformity, strength reduction, add→or, and every error."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -21,10 +22,14 @@ def body(func, target="gfx942"):
 
 def test_uniform_index_math_on_salu_per_thread_on_valu_with_fusions():
     text = body(kernels.copy_f32)
-    # bx*64 is uniform: one SALU shift; adding tid (< 64) is disjoint: an OR, fused with <<2
-    assert "s_lshl_b32" in text
-    assert "v_lshl_or_b32" in text or "v_or_b32" in text
+    # A[bx*64 + tx]: bx*64*4 is uniform (SALU shift, the soffset operand), tx*4 per lane
+    assert re.search(r"s_lshl_b32 (s\d+), s\d+, 8\n(.|\n)*"
+                     r"buffer_load_dword v\d+, v\d+, s\[\d+:\d+\], \1 offen", text)
     assert "v_mul_lo_u32" not in text and "v_add_u32" not in text
+    # S[ty*16 + tx] in LDS: adding tx (< 16) to ty*16 is disjoint: an OR, fused with the shift
+    lds = body(kernels.transpose_lds)
+    assert "v_lshl_or_b32" in lds
+    assert "v_mul_lo_u32" not in lds and "v_add_u32" not in lds
 
 
 @T.prim_func

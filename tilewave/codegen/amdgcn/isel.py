@@ -206,6 +206,7 @@ class _Selector:
         self.pointers: dict[object, int] = {}  # handle parameter -> kernarg offset
         self.vector_locals: set[object] = set()  # local buffers accessed with a Ramp index
         self.values = ValueTable()  # pure expressions already in a register
+        self.lazy: dict[object, object] = {}  # let variables with a pure value, computed at use
         self.loops = LoopNest()  # enclosing serial loops (for loop-invariant hoisting)
         self.sink: list[Instr | Label] | None = None  # where emit() appends (None: the body)
 
@@ -451,9 +452,13 @@ class _Selector:
     def s_Bind(self, node: object) -> None:
         self.bits.let(node.var, node.value)
         free = pure_free_vars(node.value)
-        self.loops.define(
-            node.var, len(self.loops.frames) - 1 if free is None else self.loops.level(free)
-        )
+        if free is not None:
+            # computed where it is used (once per scope, hoisted like any pure expression),
+            # so an address can split it into per-lane and uniform terms
+            self.lazy[node.var] = node.value
+            self.loops.define(node.var, self.loops.level(free))
+            return
+        self.loops.define(node.var, len(self.loops.frames) - 1)
         value = self.expr(node.value)
         if isinstance(value.op, VReg) and any(
             value.op in (b.regs or []) for b in self.buffers.values()
@@ -664,10 +669,8 @@ class _Selector:
             )
         # LDS address = M0 + instruction offset + lane * size: the global offset must not
         # use the instruction's offset field, so it all goes to voffset/soffset.
-        offset, const = self.byte_offset(gbuf, self.flat_index(gbuf, src.indices))
-        if const:
-            extra = Value(Imm.of_int(const), "int32")
-            offset = extra if offset is None else self.apply("add", [offset, extra], "int32")
+        vaddr, soffset, _ = self.global_address(gbuf, self.flat_index(gbuf, src.indices),
+                                                offset_field=False)
         lds = self.expr((self.flat_index(sbuf, dst.indices)) * sbuf.elem_bytes + sbuf.lds_offset)
         if not lds.uniform:
             # the wave's LDS base, as LLVM's lowering of the intrinsic takes it
@@ -675,13 +678,6 @@ class _Selector:
             self.emit("v_readfirstlane_b32", [wave], [lds.op])
             lds = Value(wave, "int32")
         self.emit("s_mov_b32", [Sym("m0")], [lds.op], comment="LDS DMA destination")
-        vaddr: Operand = Sym("off")
-        soffset: Operand = Imm.of_int(0)
-        if offset is not None and offset.uniform:
-            soffset = offset.op if isinstance(offset.op, Imm) and offset.op.is_inline \
-                else self.to_sgpr(offset.op)
-        elif offset is not None:
-            vaddr = offset.op
         assert gbuf.srd is not None
         mods = ("offen " if vaddr != Sym("off") else "") + "offset:0"
         self.emit(_LDS_DMA[size], [], [vaddr, gbuf.srd, soffset], mods, comment=src.source.name)
@@ -798,6 +794,8 @@ class _Selector:
             nonlocal uniform
             if isinstance(node, ir.expr.Var) and node in self.env and not self.env[node].uniform:
                 uniform = False
+            if isinstance(node, ir.expr.Var) and node in self.lazy:
+                uniform = uniform and self.expr_is_uniform(self.lazy[node])
             if isinstance(node, ir.expr.TensorLoad):
                 uniform = False
 
@@ -841,6 +839,8 @@ class _Selector:
         if isinstance(expr, ir.expr.Var):
             if self.lane is not None and expr.same_as(self.lane[0]):
                 return Value(Imm.of_int(self.lane[1]), "int32")
+            if expr in self.lazy:
+                return self.expr(self.lazy[expr])
             if expr not in self.env:
                 raise self.error(
                     f"variable '{expr.name}' has no value here",
@@ -1178,43 +1178,66 @@ class _Selector:
         rest, const = split_constant(flat)
         offset = None
         if rest is not None:
-            offset = self.expr(tirx.Mul(rest, tirx.IntImm("int32", buf.elem_bytes)))
+            offset = self.scaled(_add_terms(rest, self.lazy), buf.elem_bytes)
         return offset, const * buf.elem_bytes
+
+    def scaled(self, terms: list[object], elem_bytes: int) -> Value:
+        """The byte offset ``sum(terms) * elem_bytes``, the scale folded into each term."""
+        total = _sum([_scale(term, elem_bytes) for term in terms])
+        assert total is not None
+        return self.expr(total)
+
+    def global_address(self, buf: _Buffer, flat: object, offset_field: bool
+                       ) -> tuple[Operand, Operand, int]:
+        """(vaddr, soffset, instruction offset) addressing element ``flat`` of ``buf``.
+
+        Per-lane terms of the index go to ``vaddr``; uniform terms to ``soffset`` when their
+        sum is known to be non-negative (the hardware adds ``soffset`` unsigned), so a loop
+        counter's part of an address stays on the SALU and the per-lane part can be hoisted
+        out of the loop. The constant goes to the offset field if it fits and
+        ``offset_field`` allows.
+        """
+        rest, const = split_constant(flat)
+        lane_terms: list[object] = []
+        uniform_terms: list[object] = []
+        for term in _add_terms(rest, self.lazy) if rest is not None else []:
+            (uniform_terms if self.expr_is_uniform(term) else lane_terms).append(term)
+        uniform_sum = _sum(uniform_terms)
+        if lane_terms and uniform_sum is not None and not self.bits.facts(uniform_sum).non_negative:
+            lane_terms, uniform_terms = lane_terms + uniform_terms, []
+        const_bytes = const * buf.elem_bytes
+        if const and (not offset_field or not 0 <= const_bytes <= MAX_BUFFER_OFFSET):
+            extra = tirx.IntImm("int32", const)
+            if uniform_terms and (const > 0 or not lane_terms):
+                uniform_terms.append(extra)  # the sum stays non-negative: an SALU add
+            elif lane_terms:
+                lane_terms.append(extra)
+            else:
+                uniform_terms.append(extra)
+            const_bytes = 0
+        vaddr: Operand = Sym("off")
+        if lane_terms:
+            vaddr = self.to_vgpr(self.scaled(lane_terms, buf.elem_bytes).op)
+        soffset: Operand = Imm.of_int(0)
+        if uniform_terms:
+            op = self.scaled(uniform_terms, buf.elem_bytes).op
+            soffset = op if isinstance(op, Imm) and op.is_inline else self.to_sgpr(op)
+        return vaddr, soffset, const_bytes
 
     def memory_op(
         self, buf: _Buffer, var: object, flat: object, data: Operand, size: int, store: bool
     ) -> None:
-        offset, const = self.byte_offset(buf, flat)
         if buf.scope == "global":
-            self.buffer_op(buf, offset, const, data, size, store, var)
+            self.buffer_op(buf, flat, data, size, store, var)
         else:
+            offset, const = self.byte_offset(buf, flat)
             self.ds_op(buf, offset, const + buf.lds_offset, data, size, store)
 
     def buffer_op(
-        self,
-        buf: _Buffer,
-        offset: Value | None,
-        const: int,
-        data: Operand,
-        size: int,
-        store: bool,
-        var: object,
+        self, buf: _Buffer, flat: object, data: Operand, size: int, store: bool, var: object
     ) -> None:
-        if const < 0 or const > MAX_BUFFER_OFFSET:
-            extra = Value(Imm.of_int(const), "int32")
-            offset = extra if offset is None else self.apply("add", [offset, extra], "int32")
-            const = 0
+        vaddr, soffset, const = self.global_address(buf, flat, offset_field=True)
         assert buf.srd is not None
-        vaddr: Operand = Sym("off")
-        soffset: Operand = Imm.of_int(0)
-        if offset is not None and offset.uniform:
-            soffset = (
-                self.to_sgpr(offset.op)
-                if not (isinstance(offset.op, Imm) and offset.op.is_inline)
-                else offset.op
-            )
-        elif offset is not None:
-            vaddr = offset.op
         mods = ("offen " if vaddr != Sym("off") else "") + f"offset:{const}"
         table = _GLOBAL_STORE if store else _GLOBAL_LOAD
         opcode = table[size]
@@ -1238,6 +1261,36 @@ class _Selector:
             self.emit(_DS_WRITE[size], [], [addr, data], mods)
         else:
             self.emit(_DS_READ[size], [data], [addr], mods)
+
+
+def _add_terms(expr: object, lets: dict[object, object]) -> list[object]:
+    """The summands of a tree of ``+``, looking through the let variables in ``lets``."""
+    if isinstance(expr, ir.expr.Var) and expr in lets:
+        return _add_terms(lets[expr], lets)
+    if isinstance(expr, tirx.Add):
+        return _add_terms(expr.a, lets) + _add_terms(expr.b, lets)
+    return [expr]
+
+
+def _scale(term: object, factor: int) -> object:
+    """``term * factor``, folded into ``term``'s own constant factor when it has one."""
+    if factor == 1:
+        return term
+    if isinstance(term, tirx.IntImm):
+        return tirx.IntImm(str(term.ty), term.value * factor)
+    if isinstance(term, tirx.Mul) and isinstance(term.b, tirx.IntImm):
+        return tirx.Mul(term.a, tirx.IntImm(str(term.b.ty), term.b.value * factor))
+    if isinstance(term, tirx.Mul) and isinstance(term.a, tirx.IntImm):
+        return tirx.Mul(term.b, tirx.IntImm(str(term.a.ty), term.a.value * factor))
+    return tirx.Mul(term, tirx.IntImm("int32", factor))
+
+
+def _sum(terms: list[object]) -> object | None:
+    """``terms[0] + terms[1] + ...`` (None for no terms)."""
+    total = None
+    for term in terms:
+        total = term if total is None else tirx.Add(total, term)
+    return total
 
 
 def _bf16_storage_load(expr: object) -> object:
