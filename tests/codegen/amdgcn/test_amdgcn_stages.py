@@ -92,6 +92,42 @@ def test_allocator_honours_precoloring_alignment_and_reuse():
     assert alloc.next_free == {"v": 2, "s": 8}
 
 
+def test_result_reuses_a_source_read_last_by_its_instruction_except_early_clobbers():
+    tid = VReg("v", fixed=0)
+    x, y = VReg("v"), VReg("v")
+    p = prog(
+        Instr("v_lshlrev_b32", [x], [Imm.of_int(2), tid]),
+        Instr("v_add_u32", [y], [x, Imm.of_int(4)]),  # x's last read: y may take its register
+        Instr("s_endpgm", [], [y]),
+    )
+    alloc = allocate(p, {"v": 8, "s": 8})
+    assert alloc.phys(y) == alloc.phys(x)
+
+    a, b, acc, d = VReg("v", 2, 2), VReg("v", 2, 2), VReg("v", 4, 2), VReg("v", 4, 2)
+    mfma = prog(
+        Instr("v_mov_b32", [Sub(a, 0)], [Imm.of_int(0)]),
+        Instr("v_mov_b32", [Sub(a, 1)], [Imm.of_int(0)]),
+        Instr("v_mov_b32", [Sub(b, 0)], [Imm.of_int(0)]),
+        Instr("v_mov_b32", [Sub(b, 1)], [Imm.of_int(0)]),
+        Instr("v_mfma_f32_16x16x16_f16", [d], [a, b, Imm.of_int(0)]),
+        Instr("s_endpgm", [], [d]),
+    )
+    alloc = allocate(mfma, {"v": 16, "s": 8})
+    units = set(alloc.phys(d).units())
+    assert not units & (set(alloc.phys(a).units()) | set(alloc.phys(b).units()))
+    del acc
+
+    mask, saved = VReg("s", 2, 2), VReg("s", 2, 2)
+    branch = prog(
+        Instr("v_cmp_lt_i32_e64", [mask], [tid, Imm.of_int(4)]),
+        Instr("s_and_saveexec_b64", [saved], [mask]),
+        Instr("s_or_b64", [Sym("exec")], [Sym("exec"), saved]),
+        Instr("s_endpgm"),
+    )
+    alloc = allocate(branch, {"v": 8, "s": 8})
+    assert alloc.phys(saved) != alloc.phys(mask)
+
+
 def test_allocator_reports_kernel_class_demand_and_limit():
     regs = [VReg("v") for _ in range(5)]
     body = [Instr("v_mov_b32", [r], [Imm.of_int(i)]) for i, r in enumerate(regs)]

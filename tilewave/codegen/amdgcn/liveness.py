@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from tilewave.codegen.amdgcn.kir import Instr, Label, Program, Sub, VReg
 
-__all__ = ["Block", "build_cfg", "instr_defs_uses", "live_intervals", "liveness"]
+__all__ = ["Block", "allocation_spans", "build_cfg", "instr_defs_uses", "live_intervals",
+           "liveness"]
 
 
 @dataclass
@@ -143,4 +144,39 @@ def live_intervals(program: Program) -> dict[VReg, tuple[int, int]]:
             defs, uses = instr_defs_uses(ins)
             for reg in defs | uses:
                 touch(reg, pos)
+    return {reg: (a, b) for reg, (a, b) in spans.items()}
+
+
+def allocation_spans(program: Program) -> dict[VReg, tuple[int, int]]:
+    """Live intervals in half-instruction slots, for the register allocator.
+
+    Slot ``2p`` is instruction ``p`` reading its sources, ``2p + 1`` the registers after it
+    writes. A source read for the last time at ``p`` and a result defined at ``p`` do not
+    overlap, so the result may take the source's register (``v_add_f32 v3, v3, v4``, or a
+    load into its own address register), as LLVM allocates. MFMA results are early-clobber
+    (the hardware reads A/B while writing D), and so are ``s_*_saveexec`` results (the saved
+    EXEC is written before the mask operand is read), so they occupy slot ``2p`` too.
+    """
+    blocks, live_after = liveness(program)
+    spans: dict[VReg, list[int]] = {}
+
+    def touch(reg: VReg, slot: int) -> None:
+        span = spans.setdefault(reg, [slot, slot])
+        span[0] = min(span[0], slot)
+        span[1] = max(span[1], slot)
+
+    for reg in blocks[0].live_in if blocks else ():
+        touch(reg, 0)
+    for pos, ins in enumerate(program.body):
+        for reg in live_after[pos]:
+            touch(reg, 2 * pos + 1)
+        if isinstance(ins, Instr):
+            defs, uses = instr_defs_uses(ins)
+            for reg in uses:
+                touch(reg, 2 * pos)
+            early_clobber = ins.opcode.startswith("v_mfma") or "saveexec" in ins.opcode
+            for reg in defs:
+                touch(reg, 2 * pos + 1)
+                if early_clobber:
+                    touch(reg, 2 * pos)
     return {reg: (a, b) for reg, (a, b) in spans.items()}

@@ -1,6 +1,7 @@
 """Linear-scan register allocation with precoloring, ranges and alignment; no spilling.
 
-Intervals (from :func:`~tilewave.codegen.amdgcn.liveness.live_intervals`) are visited in
+Intervals (from :func:`~tilewave.codegen.amdgcn.liveness.allocation_spans`: a result may
+reuse a source register read for the last time by the same instruction) are visited in
 order of their start. Precolored registers (``VReg.fixed``: the kernarg pointer ``s[0:1]``,
 workgroup ids, the workitem id ``v0``) are placed first; every other register takes the
 lowest index that is a multiple of its ``align`` and whose ``width`` registers are free for
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilewave.codegen.amdgcn.kir import PReg, Program, RegClass, VReg
-from tilewave.codegen.amdgcn.liveness import live_intervals
+from tilewave.codegen.amdgcn.liveness import allocation_spans
 from tilewave.errors import RegisterAllocationError
 
 __all__ = ["Allocation", "allocate"]
@@ -56,7 +57,7 @@ def allocate(program: Program, limits: dict[str, int]) -> Allocation:
         RegisterAllocationError: a class ran out of registers, or two precolored registers
             overlap while both live.
     """
-    intervals = live_intervals(program)
+    intervals = allocation_spans(program)
     busy: dict[str, list[list[tuple[int, int]]]] = {
         cls: [[] for _ in range(limit)] for cls, limit in limits.items()
     }
