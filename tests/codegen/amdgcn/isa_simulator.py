@@ -763,7 +763,18 @@ def _mfma_16x16x16(sim: Simulator, w: Wave, ins: Inst) -> None:
     w.vgpr[rd[1]:rd[1] + 4] = _f32_bits(out)
 
 
+def _v_mov_b64(sim: Simulator, w: Wave, ins: Inst) -> None:
+    # the subset tilewave emits: an even-aligned VGPR pair set to the inline constant 0
+    dst, src = ins.operands
+    r = _reg(dst)
+    if r is None or r[0] != "v" or r[2] != 2 or r[1] % 2 or src != "0":
+        raise SimulationError(f"`{ins.line}`: only v_mov_b64 v[2n:2n+1], 0 is modelled")
+    for i in range(2):
+        sim.vdst(w, f"v{r[1] + i}", np.zeros(LANES, dtype=np.uint32))
+
+
 _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
+    "v_mov_b64": _v_mov_b64,
     "s_load_dword": _s_load, "s_load_dwordx2": _s_load, "s_load_dwordx4": _s_load,
     **{f"buffer_load_{s}": _buffer_load for s in ("dword", "dwordx2", "dwordx4", "ushort")},
     **{f"buffer_store_{s}": _buffer_store for s in ("dword", "dwordx2", "dwordx4", "short")},

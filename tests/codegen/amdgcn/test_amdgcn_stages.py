@@ -6,7 +6,7 @@ import pytest
 from tilewave.codegen.amdgcn.hazards import mitigate_hazards
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, PReg, Program, Sub, Sym, VReg
 from tilewave.codegen.amdgcn.liveness import live_intervals, liveness
-from tilewave.codegen.amdgcn.peephole import fuse
+from tilewave.codegen.amdgcn.peephole import fuse, pair_zero_moves
 from tilewave.codegen.amdgcn.regalloc import allocate
 from tilewave.codegen.amdgcn.render import format_body
 from tilewave.codegen.amdgcn.waitcnt import insert_waitcnt
@@ -384,3 +384,34 @@ def test_no_fusion_when_a_source_is_rewritten_in_between():
         Instr("s_endpgm", [], [d, a]),
     )
     assert fuse(p).instructions()[0].opcode == "v_lshlrev_b32"
+
+
+def test_zero_moves_into_an_aligned_pair_become_one_v_mov_b64():
+    acc = VReg("v", 4, 2)
+    odd = VReg("v", 3, 1)
+    p = prog(
+        *[Instr("v_mov_b32", [Sub(acc, i)], [Imm.of_int(0)]) for i in range(4)],
+        Instr("v_mov_b32", [Sub(odd, 0)], [Imm.of_int(0)]),  # unaligned range: kept
+        Instr("v_mov_b32", [Sub(odd, 1)], [Imm.of_int(0)]),
+        Instr("v_mov_b32", [Sub(acc, 0)], [Imm.of_float(1.0, "float32")]),  # not zero: kept
+        Instr("v_mov_b32", [Sub(acc, 1)], [Imm.of_float(1.0, "float32")]),
+        Instr("s_endpgm", [], [acc, odd]),
+    )
+    out = pair_zero_moves(p).body
+    assert [ins.opcode for ins in out] == ["v_mov_b64", "v_mov_b64"] + ["v_mov_b32"] * 4 + [
+        "s_endpgm"]
+    assert out[0].defs == [Sub(acc, 0, 2)] and out[1].defs == [Sub(acc, 2, 2)]
+
+
+def test_v_mov_b64_before_an_mfma_waits_like_any_valu_write():
+    def gap(first):
+        p = prog(
+            *first,
+            Instr("v_mfma_f32_16x16x16_f16", [v(4, 4)], [v(0, 2), v(2, 2), v(4, 4)]),
+            Instr("s_endpgm"),
+        )
+        return [ln for ln in text(mitigate_hazards(p)) if ln.startswith("s_nop")]
+
+    wide = gap([Instr("v_mov_b64", [v(0, 2)], [Imm.of_int(0)])])
+    narrow = gap([Instr("v_mov_b32", [v(1)], [Imm.of_int(0)])])
+    assert wide == narrow == ["s_nop 1"]

@@ -74,7 +74,7 @@ _VOP2 = {  # opcode: commutes
     "v_cndmask_b32": False,
 }
 _VOP1 = (
-    "v_mov_b32 v_cvt_f32_f16 v_cvt_f16_f32 v_cvt_f32_i32 v_cvt_i32_f32 v_cvt_f32_u32 "
+    "v_mov_b32 v_mov_b64 v_cvt_f32_f16 v_cvt_f16_f32 v_cvt_f32_i32 v_cvt_i32_f32 v_cvt_f32_u32 "
     "v_readfirstlane_b32"
 ).split()
 _TRANS = ("v_rcp_f32 v_exp_f32 v_log_f32 v_sqrt_f32 v_rsq_f32 v_rcp_f16 v_exp_f16").split()

@@ -14,6 +14,11 @@ SGPR — checked with :func:`~tilewave.codegen.amdgcn.isa.valu_operands_ok`):
 
 (Add→or for disjoint bit ranges and power-of-two strength reduction happen during
 instruction selection, where the value ranges are known.)
+
+:func:`pair_zero_moves` turns ``v_mov_b32 R[2i], 0`` ; ``v_mov_b32 R[2i+1], 0`` (adjacent,
+``R`` an even-aligned range, as MFMA accumulators are) into one ``v_mov_b64 R[2i:2i+1], 0``
+(gfx940+; the 64-bit inline constant 0 is zero in both halves — other constants differ
+between 32 and 64 bits, so only zero pairs).
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ from collections import Counter
 from dataclasses import replace
 
 from tilewave.codegen.amdgcn.isa import valu_operands_ok
-from tilewave.codegen.amdgcn.kir import Instr, Label, Program, VReg, base_reg
+from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, Program, Sub, VReg, base_reg
 
-__all__ = ["FUSIONS", "fuse"]
+__all__ = ["FUSIONS", "fuse", "pair_zero_moves"]
 
 #: (first opcode, second opcode) -> fused opcode
 FUSIONS: dict[tuple[str, str], str] = {
@@ -82,3 +87,34 @@ def fuse(program: Program) -> Program:
             if any(base_reg(op) in sources for op in second.defs):
                 break
     return replace(program, body=[ins for k, ins in enumerate(body) if k not in removed])
+
+
+def _zero_move_into(ins: object) -> Sub | None:
+    """The one-register slice ``ins`` sets to the constant 0, if it is such a move."""
+    if not (isinstance(ins, Instr) and ins.opcode == "v_mov_b32" and len(ins.defs) == 1):
+        return None
+    dst, src = ins.defs[0], ins.uses[0]
+    if isinstance(dst, Sub) and dst.width == 1 and isinstance(src, Imm) and src.bits == 0:
+        return dst
+    return None
+
+
+def pair_zero_moves(program: Program) -> Program:
+    """Return ``program`` with adjacent zero moves into an aligned pair as one ``v_mov_b64``."""
+    body: list[Instr | Label] = []
+    for ins in program.body:
+        this = _zero_move_into(ins)
+        prev = _zero_move_into(body[-1]) if body else None
+        if (
+            this is not None
+            and prev is not None
+            and prev.reg is this.reg
+            and prev.index % 2 == 0
+            and this.index == prev.index + 1
+            and this.reg.align % 2 == 0
+        ):
+            body[-1] = Instr("v_mov_b64", [Sub(this.reg, prev.index, 2)], [Imm.of_int(0)],
+                             comment=ins.comment)
+            continue
+        body.append(ins)
+    return replace(program, body=body)
