@@ -4,6 +4,7 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tvm.script import tirx as T
 
@@ -13,6 +14,7 @@ from tilewave.errors import MalformedKernelError, TargetFeatureError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import kernels
+from isa_simulator import simulate
 
 
 def body(func, target="gfx942"):
@@ -106,3 +108,53 @@ def test_dwordx4_lds_dma_on_gfx942_names_the_target_and_the_fix():
 def test_lds_dma_of_an_unsupported_size_is_rejected():
     with pytest.raises(MalformedKernelError, match=r"lds_dma_size_8_kernel.*size 4 or 16"):
         body(lds_dma_size_8, "gfx950")
+
+
+# -- reuse of index arithmetic (value_reuse.py) ---------------------------------------------
+def _loop_body(text: str, label: str) -> list[str]:
+    lines = [ln.strip().split(" ;")[0] for ln in text.splitlines()]
+    start = next(i for i, ln in enumerate(lines) if ln == f"{label}:")
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("s_cbranch_scc1"))
+    return lines[start + 1:end]
+
+
+def test_loop_invariant_lane_address_is_hoisted_and_the_counter_part_is_soffset():
+    text = body(kernels.gemm_f16)
+    loop = _loop_body(text, ".Lgemm_f16_kernel_loop0")
+    assert [ln for ln in loop if ln.startswith("v_") and not ln.startswith("v_mfma")] == []
+    loads = [ln for ln in loop if ln.startswith("buffer_load_dwordx2")]
+    assert len(loads) == 2
+    # A[m*64 + k*16 + q*4]: k*16*2 bytes is an SGPR soffset, the lane part one shared VGPR
+    assert all(re.search(r", (s\d+) offen", ln) for ln in loads)
+    assert len({ln.split(",")[1] for ln in loads}) == 1
+
+
+def test_an_index_shared_by_load_and_store_is_computed_once():
+    text = body(kernels.transpose_lds)
+    # cse = ty*16 + tx addresses A (global), S (LDS) and B (global): one byte offset
+    assert text.count("v_lshlrev_b32") == 2  # cse*4 and (tx*16 + ty)*4
+    assert "v_add_u32" not in text
+
+
+@T.prim_func
+def branch_then_reuse(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        if tx < 32:
+            B[tx * 3] = A[tx * 3]
+        B[tx * 3 + 1] = A[tx]
+
+
+def test_a_value_computed_in_a_divergent_branch_is_recomputed_after_it():
+    # tx*3 written under EXEC = lanes 0..31 is undefined in lanes 32..63 after the branch
+    text = body(branch_then_reuse)
+    assert text.count("v_mul_lo_u32") == 2
+    compiled = amdgcn.compile_device_func(amdgcn.device_function(branch_then_reuse, "gfx942"),
+                                          "gfx942")
+    a = np.arange(256, dtype=np.float32)
+    b = np.zeros(256, np.float32)
+    simulate(compiled.asm, [a, b], (1, 1, 1), (64, 1, 1))
+    expected = np.zeros(256, np.float32)
+    tx = np.arange(64)
+    expected[tx[:32] * 3] = a[tx[:32] * 3]
+    expected[tx * 3 + 1] = a[tx]
+    np.testing.assert_array_equal(b, expected)
