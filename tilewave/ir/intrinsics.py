@@ -104,6 +104,8 @@ _EXACT: dict[str, OpEffect] = {
     "tilewave.barrier_wait": E.BARRIER,
     "tilewave.wait_async_ops": E.ASYNC_WAIT,
     "tilewave.fence_proxy_async": E.FENCE_PROXY,
+    # what tilewave.LowerTilewaveOps turns lds_barrier into on ROCm (s_barrier)
+    "llvm.amdgcn.s.barrier": E.BARRIER,
     # gfx9 LDS DMA (buffer_load ... lds): global -> LDS without VGPRs, completes on vmcnt
     "llvm.amdgcn.global.load.lds": E.GENERIC_SHARED | E.ASYNC_COPY | E.WRITES_SHARED,
 }

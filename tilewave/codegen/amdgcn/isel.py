@@ -38,6 +38,7 @@ from tilewave.codegen.amdgcn.kir import (
     reg_class,
 )
 from tilewave.codegen.amdgcn.known_bits import KnownBits
+from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
 from tilewave.codegen.amdgcn.value_reuse import LoopFrame, LoopNest, ValueTable, pure_free_vars
 from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
 from tilewave.ir.walker import substitute
@@ -514,6 +515,12 @@ class _Selector:
             raise self.error("a parallel loop inside a kernel", "Bind it to threadIdx instead.")
         if node.step is not None and _const(node.step) != 1:
             raise self.error("a loop with a step other than 1", "Normalise the loop first.")
+        if should_unroll(node):
+            # straight-line copies: what one computes (fresh lets, no loop variable left)
+            # dominates the next, so the value table stays open across them
+            for copy in unrolled_copies(node):
+                self.stmt_(copy)
+            return
         lo, ext = _const(node.min), _const(node.extent)
         if lo is not None and ext is not None:
             self.bits.bind(node.loop_var, lo, lo + ext - 1)
@@ -1175,11 +1182,20 @@ class _Selector:
         self.memory_op(buf, var, self.flat_index(buf, indices), data, buf.elem_bytes, store=True)
 
     def byte_offset(self, buf: _Buffer, flat: object) -> tuple[Value | None, int]:
-        rest, const = split_constant(flat)
-        offset = None
-        if rest is not None:
-            offset = self.scaled(_add_terms(rest, self.lazy), buf.elem_bytes)
+        terms, const = self.index_terms(flat)
+        offset = self.scaled(terms, buf.elem_bytes) if terms else None
         return offset, const * buf.elem_bytes
+
+    def index_terms(self, flat: object) -> tuple[list[object], int]:
+        """The non-constant summands of ``flat`` (lets looked through) and its constant."""
+        rest, const = split_constant(flat)
+        terms = []
+        for term in _add_terms(rest, self.lazy) if rest is not None else []:
+            part, extra = split_constant(term)
+            const += extra
+            if part is not None:
+                terms.append(part)
+        return terms, const
 
     def scaled(self, terms: list[object], elem_bytes: int) -> Value:
         """The byte offset ``sum(terms) * elem_bytes``, the scale folded into each term."""
@@ -1197,10 +1213,10 @@ class _Selector:
         out of the loop. The constant goes to the offset field if it fits and
         ``offset_field`` allows.
         """
-        rest, const = split_constant(flat)
+        terms, const = self.index_terms(flat)
         lane_terms: list[object] = []
         uniform_terms: list[object] = []
-        for term in _add_terms(rest, self.lazy) if rest is not None else []:
+        for term in terms:
             (uniform_terms if self.expr_is_uniform(term) else lane_terms).append(term)
         uniform_sum = _sum(uniform_terms)
         if lane_terms and uniform_sum is not None and not self.bits.facts(uniform_sum).non_negative:

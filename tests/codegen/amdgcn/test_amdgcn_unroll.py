@@ -1,0 +1,93 @@
+"""Which loops the AMDGCN selector unrolls, and what an unrolled copy looks like."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from tvm import tirx
+from tvm.script import tirx as T
+
+import tilewave  # noqa: F401
+from tilewave.codegen import amdgcn
+from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
+from tilewave.ir.walker import post_order_visit
+
+sys.path.insert(0, str(Path(__file__).parent))
+import kernels
+
+
+def first_loop(func, name=None):
+    """The first serial loop of ``func`` (or the one whose variable is called ``name``)."""
+    found = []
+    post_order_visit(func.body, lambda n: found.append(n) if isinstance(n, tirx.For)
+                     and n.thread_binding is None else None)
+    if name is not None:
+        return next(loop for loop in found if loop.loop_var.name == name)
+    return found[0]
+
+
+@T.prim_func
+def short_copy(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for i in range(4):
+            x: T.let[T.int32] = i * 64 + tx
+            B[x] = A[x]
+
+
+@T.prim_func
+def long_copy(A: T.Buffer((2048,), "float32"), B: T.Buffer((2048,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for i in range(32):
+            B[i * 64 + tx] = A[i * 64 + tx]
+
+
+@T.prim_func
+def marked_unroll(A: T.Buffer((2048,), "float32"), B: T.Buffer((2048,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for i in T.unroll(32):
+            B[i * 64 + tx] = A[i * 64 + tx]
+
+
+@T.prim_func
+def loop_with_barrier(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        for i in range(4):
+            S[tx] = A[i * 64 + tx]
+            T.tilewave.lds_barrier()
+            B[i * 64 + tx] = S[63 - tx]
+            T.tilewave.lds_barrier()
+
+
+@pytest.mark.parametrize(("func", "expected"), [
+    (short_copy, True),  # 4 trips x 2 statements
+    (long_copy, False),  # 32 trips: more than AUTO_UNROLL_TRIPS
+    (marked_unroll, True),  # T.unroll: the user asked
+    (loop_with_barrier, False),  # barriers: nothing to gain
+])
+def test_unroll_rules(func, expected):
+    assert should_unroll(first_loop(func)) is expected
+
+
+def test_mfma_k_loop_stays_a_loop():
+    assert not should_unroll(first_loop(kernels.gemm_f16, "k"))
+    assert should_unroll(first_loop(kernels.gemm_f16, "r"))  # its T.unroll(4) store loop
+
+
+def test_copies_have_the_loop_value_folded_and_their_own_lets():
+    copies = unrolled_copies(first_loop(short_copy))
+    assert len(copies) == 4
+    lets = [c.seq[0] for c in copies]
+    original = first_loop(short_copy).body.seq[0].var
+    variables = [b.var for b in lets] + [original]
+    assert not any(a.same_as(b) for i, a in enumerate(variables) for b in variables[i + 1:])
+    # i * 64 + tx with i = 2 folds to 128 + tx
+    assert isinstance(lets[2].value.a, tirx.IntImm) and lets[2].value.a.value == 128
+
+
+def test_unrolled_copy_puts_the_iteration_offset_in_the_offset_field():
+    text = amdgcn.emit(short_copy, "gfx942").split(".size")[0]
+    assert "s_cbranch_scc1" not in text
+    assert [ln.split("offset:")[1] for ln in text.splitlines() if "buffer_load" in ln] == [
+        "0 ; A", "256 ; A", "512 ; A", "768 ; A"]
+    assert text.count("v_lshlrev_b32") == 1  # tx * 4, shared by every copy

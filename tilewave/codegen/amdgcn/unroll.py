@@ -1,0 +1,118 @@
+"""Full unrolling of short serial loops before instruction selection.
+
+Which loops are unrolled:
+
+* a loop the user marked ``T.unroll`` (``ForKind.UNROLLED``) with a constant trip count of at
+  most :data:`MAX_UNROLL_TRIPS`;
+* a plain serial loop with a constant trip count of at most :data:`AUTO_UNROLL_TRIPS` whose
+  unrolled body stays small (trips x statements <= :data:`AUTO_UNROLL_STATEMENTS`) and that
+  holds no nested loop, no barrier and no MFMA. Barrier loops gain nothing (they wait
+  anyway), and MFMA K loops stay loops: the accumulator chains through one register range
+  and an unrolled K loop would keep every fragment of every step live at once.
+
+An unrolled copy gets the loop variable replaced by its value, constant sub-expressions
+folded (so ``k * 16`` becomes an offset the memory instructions can hold in their offset
+fields) and fresh variables for its lets (each copy defines its own; the selector's value
+table keys expressions by variable identity).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import ir, tirx
+
+from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call
+from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
+
+__all__ = [
+    "AUTO_UNROLL_STATEMENTS",
+    "AUTO_UNROLL_TRIPS",
+    "MAX_UNROLL_TRIPS",
+    "should_unroll",
+    "unrolled_copies",
+]
+
+AUTO_UNROLL_TRIPS = 16
+AUTO_UNROLL_STATEMENTS = 64
+MAX_UNROLL_TRIPS = 256
+
+_FOLD = {
+    tirx.Add: lambda a, b: a + b,
+    tirx.Sub: lambda a, b: a - b,
+    tirx.Mul: lambda a, b: a * b,
+    tirx.FloorDiv: lambda a, b: a // b if b else None,
+    tirx.FloorMod: lambda a, b: a % b if b else None,
+}
+
+
+def _trip_count(loop: tirx.For) -> int | None:
+    if not isinstance(loop.min, tirx.IntImm) or not isinstance(loop.extent, tirx.IntImm):
+        return None
+    if loop.step is not None and not (isinstance(loop.step, tirx.IntImm) and loop.step.value == 1):
+        return None
+    return int(loop.extent.value)
+
+
+def _shape(body: Any) -> tuple[int, bool]:
+    """(statements in ``body``, whether it holds a loop, a barrier or an MFMA)."""
+    statements = 0
+    blocking = False
+
+    def visit(node: Any) -> None:
+        nonlocal statements, blocking
+        if isinstance(node, tirx.Stmt) and not isinstance(node, tirx.SeqStmt):
+            statements += 1
+        if isinstance(node, (tirx.For, tirx.While)):
+            blocking = True
+        if isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
+            effect = classify_call(node)
+            name = callee_name(node)
+            if (effect is not None and OpEffect.BARRIER in effect) or any(
+                word in name for word in ("barrier", ".mfma.")
+            ):
+                blocking = True
+
+    post_order_visit(body, visit)
+    return statements, blocking
+
+
+def should_unroll(loop: tirx.For) -> bool:
+    """Whether the selector unrolls ``loop`` (see the module docstring for the rules)."""
+    trips = _trip_count(loop)
+    if trips is None or trips <= 0:
+        return False
+    if int(loop.kind) == int(tirx.ForKind.UNROLLED):
+        return trips <= MAX_UNROLL_TRIPS
+    if int(loop.kind) != int(tirx.ForKind.SERIAL) or trips > AUTO_UNROLL_TRIPS:
+        return False
+    statements, blocking = _shape(loop.body)
+    return not blocking and trips * statements <= AUTO_UNROLL_STATEMENTS
+
+
+class _FoldConstants(TIRMutator):
+    def generic_visit(self, node: Any) -> Any:
+        node = super().generic_visit(node)
+        fold = _FOLD.get(type(node))
+        if fold is not None and isinstance(node.a, tirx.IntImm) and isinstance(node.b, tirx.IntImm):
+            value = fold(node.a.value, node.b.value)
+            if value is not None:
+                return tirx.IntImm(str(node.a.ty), value)
+        return node
+
+
+def unrolled_copies(loop: tirx.For) -> list[Any]:
+    """The body of ``loop`` once per iteration, in order (``should_unroll`` must hold)."""
+    trips = _trip_count(loop)
+    if trips is None:
+        raise ValueError("unrolled_copies needs a loop with a constant trip count")
+    lets: list[Any] = []
+    post_order_visit(
+        loop.body, lambda n: lets.append(n.var) if type(n).__name__ == "Bind" else None
+    )
+    copies = []
+    for i in range(trips):
+        mapping: dict[Any, Any] = {v: tirx.Var(v.name, v.ty) for v in lets}
+        mapping[loop.loop_var] = tirx.IntImm(str(loop.loop_var.ty), int(loop.min.value) + i)
+        copies.append(_FoldConstants().visit(substitute(loop.body, mapping)))
+    return copies
