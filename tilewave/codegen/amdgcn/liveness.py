@@ -127,24 +127,7 @@ def live_intervals(program: Program) -> dict[VReg, tuple[int, int]]:
     entry, like the ABI registers) to its last use; a def that is never read still occupies
     its own position, so two dead writes never share a register at one instruction.
     """
-    blocks, live_after = liveness(program)
-    spans: dict[VReg, list[int]] = {}
-
-    def touch(reg: VReg, pos: int) -> None:
-        span = spans.setdefault(reg, [pos, pos])
-        span[0] = min(span[0], pos)
-        span[1] = max(span[1], pos)
-
-    for reg in blocks[0].live_in if blocks else ():
-        touch(reg, 0)
-    for pos, ins in enumerate(program.body):
-        for reg in live_after[pos]:
-            touch(reg, pos)
-        if isinstance(ins, Instr):
-            defs, uses = instr_defs_uses(ins)
-            for reg in defs | uses:
-                touch(reg, pos)
-    return {reg: (a, b) for reg, (a, b) in spans.items()}
+    return _intervals(program, half_slots=False)
 
 
 def allocation_spans(program: Program) -> dict[VReg, tuple[int, int]]:
@@ -157,6 +140,10 @@ def allocation_spans(program: Program) -> dict[VReg, tuple[int, int]]:
     (the hardware reads A/B while writing D), and so are ``s_*_saveexec`` results (the saved
     EXEC is written before the mask operand is read), so they occupy slot ``2p`` too.
     """
+    return _intervals(program, half_slots=True)
+
+
+def _intervals(program: Program, half_slots: bool) -> dict[VReg, tuple[int, int]]:
     blocks, live_after = liveness(program)
     spans: dict[VReg, list[int]] = {}
 
@@ -168,15 +155,16 @@ def allocation_spans(program: Program) -> dict[VReg, tuple[int, int]]:
     for reg in blocks[0].live_in if blocks else ():
         touch(reg, 0)
     for pos, ins in enumerate(program.body):
+        read, written = (2 * pos, 2 * pos + 1) if half_slots else (pos, pos)
         for reg in live_after[pos]:
-            touch(reg, 2 * pos + 1)
+            touch(reg, written)
         if isinstance(ins, Instr):
             defs, uses = instr_defs_uses(ins)
             for reg in uses:
-                touch(reg, 2 * pos)
+                touch(reg, read)
             early_clobber = ins.opcode.startswith("v_mfma") or "saveexec" in ins.opcode
             for reg in defs:
-                touch(reg, 2 * pos + 1)
+                touch(reg, written)
                 if early_clobber:
-                    touch(reg, 2 * pos)
+                    touch(reg, read)
     return {reg: (a, b) for reg, (a, b) in spans.items()}
