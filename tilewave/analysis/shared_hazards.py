@@ -7,7 +7,9 @@ conflicting accesses reachable without passing a synchronisation that orders the
 * a full barrier (``lds_barrier``, ``__syncthreads``...) in uniform control flow;
 * a split barrier: a ``barrier_signal(id)`` followed later by a ``barrier_wait(id)``;
 * for an async write (cp.async, TMA, gather-to-LDS), either of those only counts after
-  a wait for the thread's outstanding copies (``wait_async_ops(0)``).
+  a wait for the thread's outstanding copies (``wait_async_ops(0)``);
+* between the two branches of a warp-split ``if``: named barriers (``bar.arrive`` /
+  ``bar.sync``) under the rules of :mod:`tilewave.analysis.named_barrier_order`.
 
 Two threads that pass no common barrier run concurrently in either order, so a pair is a
 hazard when a barrier-free path leads from one access to the other. Threads that diverge
@@ -28,6 +30,7 @@ from typing import Any
 
 from tvm import tirx
 
+from tilewave.analysis.named_barrier_order import NamedBarrierSplit, named_barrier_splits
 from tilewave.analysis.shared_access import (
     FAR,
     AccessKind,
@@ -98,6 +101,8 @@ class _Graph:
         self.nodes: list[_Node] = []
         #: node-id ranges of the two branches of each divergent `if`
         self.concurrent: list[tuple[range, range]] = []
+        #: every divergent ``if``: (statement, then ids, else ids, inside divergent code?)
+        self.split_ifs: list[tuple[Any, range, range, bool]] = []
         #: loop back edges (body end, body start) -> the loop's ``For`` statement
         self.back_edges: dict[tuple[int, int], Any] = {}
         #: ``While`` back edges -> the number of serial loops around the ``While`` (loops
@@ -168,7 +173,9 @@ class _Graph:
             else_out = self.build(stmt.else_case, else_in, else_scope, inner)
         if inner:
             # threads that took different branches run them concurrently
-            self.concurrent.append((range(then_in, else_in), range(else_in, len(self.nodes))))
+            sides = (range(then_in, else_in), range(else_in, len(self.nodes)))
+            self.concurrent.append(sides)
+            self.split_ifs.append((stmt, *sides, divergent))
         exit_node = self.new()
         self.edge(then_out, exit_node)
         self.edge(else_out, exit_node)
@@ -329,6 +336,13 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
         get_target(target)
     graph, thread_extents = _build(func)
     search = _Search(graph, thread_extents)
+    splits = _named_barrier_splits(func, graph, thread_extents)
+    node_of = {id(acc): i for i, node in enumerate(graph.nodes) for acc in node.accesses}
+
+    def named_ordered(first: SharedAccess, second: SharedAccess, later: bool) -> bool:
+        a, b = node_of[id(first)], node_of[id(second)]
+        return any(split.orders(a, b, later) for split in splits)
+
     hazards: list[SharedHazard] = []
     reported: set[tuple[int, int]] = set()
 
@@ -345,14 +359,27 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
                 if may_conflict(access, later, thread_extents, same_iteration(access, later)):
                     report(access, later)
             for other in search.reachable_conflicts(node_id, access):
-                report(access, other)
+                # a path from one branch of a split `if` into the other is a later execution
+                if not named_ordered(access, other, later=True):
+                    report(access, other)
     for then_ids, else_ids in graph.concurrent:
         for a in (acc for i in then_ids for acc in graph.nodes[i].accesses):
             for b in (acc for i in else_ids for acc in graph.nodes[i].accesses):
                 # other iterations' pairs are found by the search around the back edge
-                if may_conflict(a, b, thread_extents, same_iteration(a, b)):
+                if may_conflict(a, b, thread_extents, same_iteration(a, b)) and not (
+                    named_ordered(a, b, later=False) or named_ordered(b, a, later=False)
+                ):
                     report(a, b)
     return hazards
+
+
+def _named_barrier_splits(
+    func: Any, graph: _Graph, thread_extents: dict[Any, int]
+) -> list[NamedBarrierSplit]:
+    block_threads = 1
+    for extent in thread_extents.values():
+        block_threads *= extent  # 0 (unknown extent): no thread count can match
+    return named_barrier_splits(func, graph.split_ifs, block_threads, graph.nodes)
 
 
 def find_divergent_barriers(func: Any) -> list[Any]:
