@@ -16,6 +16,13 @@ and ``tilewave-split`` (re-inserted as split barriers, lowered on CUDA to an mba
 ``mbarrier.arrive`` after the producer, a ``mbarrier.try_wait.parity`` loop before the
 consumer).
 
+A fifth kernel is warp-specialised: ``warp_specialized`` runs 256 threads per block;
+warps 0-3 produce (copy tile k of the input into shared memory) and warps 4-7 consume
+(read the tile reversed, accumulate ``(k + 1) * tile``), for ``STEPS`` tiles, written with
+hand-placed named barriers (``bar.arrive`` / ``bar.sync`` ids 1 and 2). It has two
+variants: ``stripped`` and ``tilewave-named`` (the named barriers re-inserted by
+``InsertSharedBarriers``: RAW id 1, WAR id 2).
+
 Two machines:
 
 * ``python examples/shared_barriers_racecheck_h100.py --emit DIR`` (needs TVM and tilewave,
@@ -51,7 +58,8 @@ TILE = 16  # transpose tile (TILE x TILE threads)
 N = 64  # transpose matrix side
 STEPS = 8  # loop_tile trip count
 VARIANTS = ("stripped", "tilewave-basic", "tilewave-split")
-TILEWAVE_VARIANTS = ("tilewave-basic", "tilewave-split")
+TILEWAVE_VARIANTS = ("tilewave-basic", "tilewave-split", "tilewave-named")
+WARP_SPECIALIZED = "warp_specialized"  # the kernel whose variants are stripped / named
 SANITIZER_TIMEOUT_S = 120  # one racecheck process (a few seconds when it works)
 _SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed")
 
@@ -85,6 +93,13 @@ SPECS: dict[str, KernelSpec] = {
             "loop_tile",
             (BLOCKS,),
             (WIDTH,),
+            {"A": (BLOCKS, STEPS * WIDTH)},
+            {"B": (BLOCKS, WIDTH)},
+        ),
+        KernelSpec(
+            WARP_SPECIALIZED,
+            (BLOCKS,),
+            (2 * WIDTH,),
             {"A": (BLOCKS, STEPS * WIDTH)},
             {"B": (BLOCKS, WIDTH)},
         ),
@@ -122,12 +137,21 @@ def _loop_tile_ref(a):
     return {"B": out.astype(np.float32)}
 
 
+def _warp_specialized_ref(a):
+    import numpy as np
+
+    tiles = a.reshape(BLOCKS, STEPS, WIDTH).astype(np.float64)[:, :, ::-1]
+    weights = np.arange(STEPS, dtype=np.float64).reshape(1, STEPS, 1) + 1
+    return {"B": (tiles * weights).sum(axis=1).astype(np.float32)}
+
+
 #: kernel id -> NumPy reference: inputs -> {output name: expected array}
 REFERENCES: dict[str, Callable] = {
     "reverse": _reverse_ref,
     "transpose": _transpose_ref,
     "stencil": _stencil_ref,
     "loop_tile": _loop_tile_ref,
+    WARP_SPECIALIZED: _warp_specialized_ref,
 }
 
 
@@ -192,34 +216,68 @@ def kernels() -> dict:
                     T.tvm_storage_sync("shared")
                 B[bx, tx] = acc[0]
 
+    @T.prim_func
+    def warp_specialized(
+        A: T.Buffer((BLOCKS, STEPS * WIDTH), "float32"), B: T.Buffer((BLOCKS, WIDTH), "float32")
+    ):
+        for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
+            for tx in T.thread_binding(2 * WIDTH, thread="threadIdx.x"):
+                S = T.alloc_buffer((WIDTH,), "float32", scope="shared")
+                acc = T.alloc_buffer((1,), "float32", scope="local")
+                acc[0] = T.float32(0)
+                for k in range(STEPS):
+                    if tx < WIDTH:  # producer warps 0-3
+                        S[tx] = A[bx, k * WIDTH + tx]
+                        T.ptx.bar.arrive(T.uint32(1), T.uint32(2 * WIDTH))  # tile k written
+                        T.ptx.bar.sync(T.uint32(2), T.uint32(2 * WIDTH))  # tile k read
+                    else:  # consumer warps 4-7
+                        T.ptx.bar.sync(T.uint32(1), T.uint32(2 * WIDTH))
+                        acc[0] = acc[0] + S[2 * WIDTH - 1 - tx] * T.Cast("float32", k + 1)
+                        T.ptx.bar.arrive(T.uint32(2), T.uint32(2 * WIDTH))
+                if tx >= WIDTH:
+                    B[bx, tx - WIDTH] = acc[0]
+
     return {
         "reverse": reverse,
         "transpose": transpose,
         "stencil": stencil,
         "loop_tile": loop_tile,
+        WARP_SPECIALIZED: warp_specialized,
     }
 
 
 def strip_barriers(func):
-    """``func`` without its barriers (full barriers and split signal/wait); needs TVM."""
+    """``func`` without its barriers (full barriers, split signal/wait, named barriers'
+    arrive and sync); needs TVM."""
+    from tvm import ir
+
     from tilewave.analysis.shared_access import SyncKind, sync_action
+    from tilewave.ir.intrinsics import callee_name
     from tilewave.ir.walker import TIRMutator
 
     removed = {SyncKind.BARRIER, SyncKind.SIGNAL, SyncKind.WAIT}
+    named_arrive = {"tirx.ptx.bar_arrive", "tirx.ptx.barrier_arrive"}
 
     class _Strip(TIRMutator):
         def visit_Evaluate(self, node):
             action = sync_action(node)
-            return None if action is not None and action.kind in removed else node
+            if action is not None and action.kind in removed:
+                return None
+            call = node.value
+            if isinstance(call, ir.expr.Call) and callee_name(call) in named_arrive:
+                return None
+            return node
 
     return func.with_body(_Strip().visit(func.body))
 
 
-def variants_of(func) -> dict:
-    """The three variants of one kernel, as PrimFuncs; needs TVM."""
+def variants_of(func, kernel_id: str = "") -> dict:
+    """The variants of one kernel, as PrimFuncs; needs TVM."""
     from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
     stripped = strip_barriers(func)
+    if kernel_id == WARP_SPECIALIZED:
+        return {"stripped": stripped, "tilewave-named": insert_shared_barriers(stripped, "sm_90a")}
     return {
         "stripped": stripped,
         "tilewave-basic": insert_shared_barriers(stripped, "sm_90a", barrier_style="basic"),
@@ -256,7 +314,7 @@ def emit(out_dir: Path) -> dict:
             "reference": kernel_id,
             "variants": {},
         }
-        for variant, prim in variants_of(func).items():
+        for variant, prim in variants_of(func, kernel_id).items():
             # Only the barriers placed above: keep a pipeline stage from re-inserting any.
             with tvm.transform.PassContext(disabled_pass=["tilewave.InsertSharedBarriers"]):
                 source = build(prim, "sm_90a").source
@@ -343,10 +401,10 @@ def run(in_dir: Path, only: str | None = None, compile_first: bool = True) -> in
     if compile_first:
         compile_all(in_dir, manifest)
     failed = 0
-    print(f"{'kernel':<10} | {'variant':<15} | {'max error':>10} | result matches")
+    print(f"{'kernel':<16} | {'variant':<15} | {'max error':>10} | result matches")
     for kernel_id, variant in _all_variants(manifest, only):
         ok, err = run_variant(in_dir, manifest, kernel_id, variant)
-        print(f"{kernel_id:<10} | {variant:<15} | {err:>10.3g} | {ok}")
+        print(f"{kernel_id:<16} | {variant:<15} | {err:>10.3g} | {ok}")
         print(f"RESULT {kernel_id}:{variant} match={ok}")
         failed += variant in TILEWAVE_VARIANTS and not ok
     return 1 if failed else 0
@@ -407,11 +465,11 @@ def racecheck(in_dir: Path, log_dir: Path | None) -> int:
         if variant in TILEWAVE_VARIANTS and (hazards != 0 or matches != "True"):
             bad += 1
     print(
-        f"{'kernel':<10} | {'variant':<15} | {'hazards':>10} | {'result matches':<14} | "
+        f"{'kernel':<16} | {'variant':<15} | {'hazards':>10} | {'result matches':<14} | "
         "tilewave verifier hazards"
     )
     for kernel_id, variant, hazards, matches, verifier in rows:
-        print(f"{kernel_id:<10} | {variant:<15} | {hazards:>10} | {matches:<14} | {verifier}")
+        print(f"{kernel_id:<16} | {variant:<15} | {hazards:>10} | {matches:<14} | {verifier}")
     print("PASS" if not bad else f"FAIL ({bad} tilewave variant(s) with hazards or mismatches)")
     return 1 if bad else 0
 

@@ -9,8 +9,9 @@ from example_loader import load_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shared_barriers_racecheck_h100.py"
 GENERATED = EXAMPLE.parent / "generated" / "shared_barriers"
-KERNELS = {"reverse", "transpose", "stencil", "loop_tile"}
+KERNELS = {"reverse", "transpose", "stencil", "loop_tile", "warp_specialized"}
 VARIANTS = {"stripped", "tilewave-basic", "tilewave-split"}
+NAMED_VARIANTS = {"stripped", "tilewave-named"}  # the warp-specialised kernel
 
 
 def load_example():
@@ -33,7 +34,8 @@ def test_manifest_lists_every_kernel_and_variant(emitted):
     out, manifest = emitted
     assert set(manifest["kernels"]) == KERNELS
     for kernel_id, entry in manifest["kernels"].items():
-        assert set(entry["variants"]) == VARIANTS
+        want = NAMED_VARIANTS if kernel_id == "warp_specialized" else VARIANTS
+        assert set(entry["variants"]) == want
         assert entry["reference"] == kernel_id
         names = set(entry["inputs"]) | set(entry["outputs"])
         for spec in entry["variants"].values():
@@ -45,7 +47,9 @@ def test_manifest_lists_every_kernel_and_variant(emitted):
 
 def test_stripped_sources_have_no_barrier_and_tilewave_ones_do(emitted):
     out, manifest = emitted
-    for entry in manifest["kernels"].values():
+    for kernel_id, entry in manifest["kernels"].items():
+        if kernel_id == "warp_specialized":
+            continue  # named barriers: the next test
         bodies = {
             v: kernel_body((out / s["file"]).read_text(), s["kernel"])
             for v, s in entry["variants"].items()
@@ -62,6 +66,27 @@ def test_stripped_sources_have_no_barrier_and_tilewave_ones_do(emitted):
         assert split.index("mbarrier_arrive") < split.index("mbarrier_try_wait_parity")
         for variant in ("tilewave-basic", "tilewave-split"):
             assert entry["variants"][variant]["verifier_hazards"] == 0
+
+
+def test_warp_specialized_kernel_gets_raw_and_war_named_barriers(emitted):
+    out, manifest = emitted
+    spec = manifest["kernels"]["warp_specialized"]["variants"]
+    stripped = kernel_body((out / spec["stripped"]["file"]).read_text(), "warp_specialized_kernel")
+    assert "bar." not in stripped and "__syncthreads" not in stripped
+    assert spec["stripped"]["verifier_hazards"] > 0
+    named = kernel_body((out / spec["tilewave-named"]["file"]).read_text(),
+                        "warp_specialized_kernel")
+    assert spec["tilewave-named"]["verifier_hazards"] == 0
+    loop = named[named.index("for (int k = 0;"):]
+    producer, consumer = loop.split("} else {", 1)
+    arrive = "tvm_builtin_ptx_bar_arrive_arrive((uint){}, (uint)256);"
+    sync = "tvm_builtin_ptx_bar_sync_count_sync((uint){}, (uint)256);"
+    # producer: store, arrive RAW id 1, sync WAR id 2; consumer: sync 1, read, arrive 2
+    assert producer.index("S_ptr[") < producer.index(arrive.format(1)) < producer.index(
+        sync.format(2))
+    assert consumer.index(sync.format(1)) < consumer.index("S_ptr[") < consumer.index(
+        arrive.format(2))
+    assert "__syncthreads" not in named
 
 
 def test_loop_tile_gets_the_war_barrier_of_the_next_iteration(emitted):
@@ -108,6 +133,13 @@ def test_references_match_direct_loops():
             for k in range(steps):
                 direct[b, t] += tiles[b, k * width + (t + 1) % width] * (k + 1)
     got = example.REFERENCES["loop_tile"](tiles)["B"]
+    np.testing.assert_allclose(got, direct, rtol=1e-5, atol=1e-5)
+    direct = np.zeros((blocks, width))
+    for b in range(blocks):
+        for t in range(width):  # consumer thread width + t reads S[width - 1 - t]
+            for k in range(steps):
+                direct[b, t] += tiles[b, k * width + width - 1 - t] * (k + 1)
+    got = example.REFERENCES["warp_specialized"](tiles)["B"]
     np.testing.assert_allclose(got, direct, rtol=1e-5, atol=1e-5)
 
 
