@@ -3,6 +3,8 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from named_barrier_kernels import ws_after as pipeline_synced
+from named_barrier_kernels import ws_before as pipeline_before
 from tvm import tirx
 from tvm.script import from_source
 from tvm.script import tirx as T
@@ -19,17 +21,6 @@ def kinds(func):
 
 
 @T.prim_func
-def pipeline_before(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
-    for tx in T.thread_binding(256, thread="threadIdx.x"):
-        S = T.alloc_buffer((128,), "float32", scope="shared")
-        for k in range(8):
-            if tx < 128:
-                S[tx] = A[k, tx]
-            else:
-                B[k, tx - 128] = S[255 - tx] + T.float32(1)
-
-
-@T.prim_func
 def straight_before(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
     for tx in T.thread_binding(256, thread="threadIdx.x"):
         S = T.alloc_buffer((128,), "float32", scope="shared")
@@ -43,21 +34,6 @@ def straight_before(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32
 def test_the_passs_named_barrier_output_has_no_hazards(before):
     assert kinds(before) == [("S", HazardKind.RAW)]
     assert kinds(insert_shared_barriers(before, "sm_90a")) == []
-
-
-@T.prim_func
-def pipeline_synced(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
-    for tx in T.thread_binding(256, thread="threadIdx.x"):
-        S = T.alloc_buffer((128,), "float32", scope="shared")
-        for k in range(8):
-            if tx < 128:
-                S[tx] = A[k, tx]
-                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
-                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
-            else:
-                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
-                B[k, tx - 128] = S[255 - tx] + T.float32(1)
-                T.ptx.bar.arrive(T.uint32(2), T.uint32(256))
 
 
 class _EditBarriers(TIRMutator):
@@ -111,23 +87,20 @@ def test_missing_war_pair_is_reported_as_the_read_then_the_next_write():
     assert hazards[0].kind is HazardKind.WAR
 
 
-@T.prim_func
-def id_reused(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
-    for tx in T.thread_binding(256, thread="threadIdx.x"):
-        S = T.alloc_buffer((128,), "float32", scope="shared")
-        for k in range(8):
-            if tx < 128:
-                S[tx] = A[k, tx]
-                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
-                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
-            else:
-                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
-                B[k, tx - 128] = S[255 - tx] + T.float32(1)
-                T.ptx.bar.arrive(T.uint32(2), T.uint32(256))
-                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))  # a second arrival per phase
+class _ArriveAgain(TIRMutator):
+    """Append a second ``bar.arrive(1)`` to the consumer (else) branch."""
+
+    def visit_IfThenElse(self, node):
+        last = node.else_case.seq[-1]  # the consumer's bar.arrive(2)
+        call = last.value
+        again = rebuild(last, {"value": rebuild(call, {"args": [tirx.IntImm("uint32", 1),
+                                                              *list(call.args)[1:]]})})
+        return rebuild(node, {"else_case": tirx.SeqStmt([*node.else_case.seq, again])})
 
 
 def test_an_id_used_twice_in_a_branch_is_not_trusted():
+    id_reused = pipeline_synced.with_body(_ArriveAgain().visit(pipeline_synced.body))
+    assert "T.uint32(1), T.uint32(256)" in id_reused.script()
     assert kinds(id_reused) != []
 
 
