@@ -3,6 +3,7 @@
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tvm import tirx
 from tvm.script import tirx as T
@@ -91,3 +92,14 @@ def test_unrolled_copy_puts_the_iteration_offset_in_the_offset_field():
     assert [ln.split("offset:")[1] for ln in text.splitlines() if "buffer_load" in ln] == [
         "0 ; A", "256 ; A", "512 ; A", "768 ; A"]
     assert text.count("v_lshlrev_b32") == 1  # tx * 4, shared by every copy
+
+
+@pytest.mark.parametrize("func", [short_copy, marked_unroll])
+def test_unrolled_kernels_copy_correctly_on_the_simulator(func):
+    from isa_simulator import simulate
+
+    size = 256 if func is short_copy else 2048
+    a = np.arange(size, dtype=np.float32)
+    b = np.zeros(size, np.float32)
+    simulate(amdgcn.emit(func, "gfx942"), [a, b], (1, 1, 1), (64, 1, 1))
+    np.testing.assert_array_equal(b, a)
