@@ -158,3 +158,25 @@ def test_a_value_computed_in_a_divergent_branch_is_recomputed_after_it():
     expected[tx[:32] * 3] = a[tx[:32] * 3]
     expected[tx * 3 + 1] = a[tx]
     np.testing.assert_array_equal(b, expected)
+
+
+@T.prim_func
+def shifted_by_argument(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"),
+                        n: T.int32):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        if tx == 0:
+            B[n - 1 + 4] = A[n - 1 + 4]  # n - 1 may be -1: 4 must not stay in the offset field
+
+
+def test_possibly_negative_uniform_index_keeps_its_constant_in_soffset():
+    text = body(shifted_by_argument)
+    accesses = [ln for ln in text.splitlines() if ln.strip().startswith("buffer_")]
+    assert len(accesses) == 2 and all("offset:0" in ln for ln in accesses), accesses
+    compiled = amdgcn.compile_device_func(
+        amdgcn.device_function(shifted_by_argument, "gfx942"), "gfx942")
+    a = np.arange(64, dtype=np.float32)
+    b = np.zeros(64, np.float32)
+    simulate(compiled.asm, [a, b, 0], (1, 1, 1), (64, 1, 1))  # n = 0: index 3
+    expected = np.zeros(64, np.float32)
+    expected[3] = 3
+    np.testing.assert_array_equal(b, expected)

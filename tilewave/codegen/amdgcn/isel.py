@@ -1222,7 +1222,12 @@ class _Selector:
         if lane_terms and uniform_sum is not None and not self.bits.facts(uniform_sum).non_negative:
             lane_terms, uniform_terms = lane_terms + uniform_terms, []
         const_bytes = const * buf.elem_bytes
-        if const and (not offset_field or not 0 <= const_bytes <= MAX_BUFFER_OFFSET):
+        # soffset is added unsigned: with no per-lane part, a uniform sum that may be
+        # negative takes the constant too (the whole index of a valid access is >= 0)
+        signed_uniform = (not lane_terms and uniform_sum is not None
+                          and not self.bits.facts(uniform_sum).non_negative)
+        if const and (signed_uniform or not offset_field
+                      or not 0 <= const_bytes <= MAX_BUFFER_OFFSET):
             extra = tirx.IntImm("int32", const)
             if uniform_terms and (const > 0 or not lane_terms):
                 uniform_terms.append(extra)  # the sum stays non-negative: an SALU add
