@@ -10,14 +10,19 @@ from tvm.script import from_source
 from tvm.script import tirx as T
 
 import tilewave  # noqa: F401
-from tilewave.analysis.shared_hazards import HazardKind, find_shared_hazards
+from tilewave.analysis.shared_hazards import (
+    HazardKind,
+    find_divergent_barriers,
+    find_shared_hazards,
+)
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import TIRMutator, rebuild
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
 
 def kinds(func):
-    return sorted((h.buffer, h.kind) for h in find_shared_hazards(func, "sm_90a"))
+    found = {(h.buffer, h.kind) for h in find_shared_hazards(func, "sm_90a")}
+    return sorted(found, key=lambda pair: (pair[0], pair[1].name))
 
 
 @T.prim_func
@@ -69,22 +74,187 @@ def test_hand_written_pipeline_matches_the_model():
     ({("sync", 1): 0}, 256, HazardKind.RAW),  # consumer does not wait for the tile
     ({("arrive", 1): 0}, 256, HazardKind.RAW),  # producer never arrives at id 1
     ({("arrive", 1): 3}, 256, HazardKind.RAW),  # producer arrives at another id
-    ({("arrive", 2): 0, ("sync", 2): 0}, 256, HazardKind.WAR),  # no WAR pair
+    ({("sync", 1): 3}, 256, HazardKind.RAW),  # consumer waits on another id
     ({}, 128, HazardKind.RAW),  # 128 arrivals complete a phase without the consumers
+    ({}, 512, HazardKind.RAW),  # more than the block: not the model's count
 ])
 def test_broken_named_barriers_leave_the_hazard(edits, count, expected):
     hazards = find_shared_hazards(_pipeline(edits, count), "sm_90a")
     assert hazards, "the verifier must not certify this kernel"
-    assert {h.buffer for h in hazards} == {"S"}
-    # one conflicting pair (the write and the read); its kind names the first access
-    assert {h.kind for h in hazards} <= {expected, HazardKind.WAR}
+    # one conflicting pair: the producer's write and the consumer's read (RAW is found
+    # first; the WAR of the same pair is not reported twice)
+    assert [(h.buffer, h.kind, h.first.describe(), h.second.describe()) for h in hazards] == [
+        ("S", expected, "write S[tx]", "read S[255 - tx]")]
 
 
-def test_missing_war_pair_is_reported_as_the_read_then_the_next_write():
+def test_dropping_the_war_pair_in_a_loop_gives_the_hazard_back():
+    # Without the WAR pair the producer only arrives at id 1 and never waits: it can run a
+    # whole iteration ahead and complete a phase of id 1 with its own second arrival, so
+    # even the RAW order of id 1 is no longer proven; the pair is reported.
     hazards = find_shared_hazards(_pipeline({("arrive", 2): 0, ("sync", 2): 0}), "sm_90a")
-    assert [(h.first.describe(), h.second.describe()) for h in hazards] == [
-        ("read S[255 - tx]", "write S[tx]")]
-    assert hazards[0].kind is HazardKind.WAR
+    assert [(h.buffer, h.first.describe(), h.second.describe()) for h in hazards] == [
+        ("S", "write S[tx]", "read S[255 - tx]")]
+
+
+@T.prim_func
+def producer_syncs_no_war_pair(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if tx < 128:
+                S[tx] = A[k, tx]
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))  # waits for the consumers too
+            else:
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                B[k, tx - 128] = S[255 - tx]
+
+
+def test_a_raw_pair_without_war_pair_leaves_exactly_the_war_hazard():
+    # both sides sync on id 1, so its phases are exact and the RAW order is proven; the
+    # consumer reads after its sync, so the producer's next write may overtake the read
+    hazards = find_shared_hazards(producer_syncs_no_war_pair, "sm_90a")
+    assert [(h.buffer, h.kind, h.first.describe(), h.second.describe()) for h in hazards] == [
+        ("S", HazardKind.WAR, "read S[255 - tx]", "write S[tx]")]
+
+
+@T.prim_func
+def run_ahead(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((8, 128), "float32", scope="shared")  # a fresh row per tile
+        for k in range(8):
+            if tx < 128:
+                S[k, tx] = A[k, tx]
+                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+            else:
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                B[k, tx - 128] = S[k, 255 - tx]
+
+
+@T.prim_func
+def run_ahead_once(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((8, 128), "float32", scope="shared")
+        if tx < 128:
+            S[0, tx] = A[0, tx]
+            T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+        else:
+            T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+            B[0, tx - 128] = S[0, 255 - tx]
+
+
+def test_an_arrive_only_producer_in_a_loop_is_not_trusted():
+    # No WAR conflict (each tile has its own row), but producer warps that only arrive can
+    # arrive for tile k+1 before the consumers arrived for tile k; the counter then
+    # completes a phase without them and a consumer may read a row not yet written.
+    assert kinds(run_ahead) == [("S", HazardKind.RAW)]
+    assert kinds(run_ahead_once) == []  # executed once: one phase, nothing to run ahead
+
+
+def _split(condition, threads=(256,), tags=("threadIdx.x",)):
+    """The straight-line RAW pipeline under another split condition / thread layout."""
+    loops = "".join(
+        f"{'    ' * (i + 1)}for t{i} in T.thread_binding({n}, thread=\"{tag}\"):\n"
+        for i, (n, tag) in enumerate(zip(threads, tags, strict=True)))
+    pad = "    " * (len(threads) + 1)
+    linear = " + ".join(f"t{i}" + "".join(f" * {threads[j]}" for j in range(i))
+                        for i in range(len(threads)))
+    source = f"""
+# from tvm.script import tirx as T
+@T.prim_func
+def f(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+{loops}{pad}S = T.alloc_buffer((256,), "float32", scope="shared")
+{pad}lin: T.let[T.int32] = {linear}
+{pad}if {condition}:
+{pad}    S[lin] = A[lin]
+{pad}    T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+{pad}else:
+{pad}    T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+{pad}    B[lin] = S[255 - lin]
+"""
+    return from_source(source, extra_vars={"T": T})
+
+
+@pytest.mark.parametrize(("condition", "threads", "tags"), [
+    ("lin < 128", (256,), ("threadIdx.x",)),
+    ("t0 >= 64", (256,), ("threadIdx.x",)),
+    ("t0 // 32 % 2 == 0", (256,), ("threadIdx.x",)),  # even warps produce
+    ("t1 < 4", (32, 8), ("threadIdx.x", "threadIdx.y")),  # warps 0-3 of a 32 x 8 block
+    ("t1 < 2", (64, 4), ("threadIdx.x", "threadIdx.y")),
+    ("t1 < 4", (16, 16), ("threadIdx.x", "threadIdx.y")),  # rows 0-3 = threads 0-63
+])
+def test_warp_aligned_splits_are_trusted(condition, threads, tags):
+    assert kinds(_split(condition, threads, tags)) == []
+
+
+@pytest.mark.parametrize(("condition", "threads", "tags"), [
+    ("lin < 112", (256,), ("threadIdx.x",)),  # warp 3 is split: .aligned barriers are UB
+    ("t0 % 2 == 0", (256,), ("threadIdx.x",)),
+    ("t0 < 16", (32, 8), ("threadIdx.x", "threadIdx.y")),  # lanes 0-15 of every warp
+    ("t1 < 3", (16, 16), ("threadIdx.x", "threadIdx.y")),  # rows 0-2 = threads 0-47
+])
+def test_splits_that_are_not_warp_aligned_are_not_trusted(condition, threads, tags):
+    assert kinds(_split(condition, threads, tags)) == [("S", HazardKind.RAW)]
+
+
+@T.prim_func
+def roles_swap(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if (tx + k * 128) % 256 < 128:  # producers and consumers swap every tile
+                S[tx % 128] = A[k, tx % 128]
+                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
+            else:
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                B[k, tx % 128] = S[127 - tx % 128]
+                T.ptx.bar.arrive(T.uint32(2), T.uint32(256))
+
+
+def test_a_split_that_changes_between_executions_is_not_trusted():
+    assert HazardKind.RAW in {kind for _, kind in kinds(roles_swap)}
+
+
+@T.prim_func
+def id_used_after_the_split(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        if tx < 128:
+            S[tx] = A[tx]
+            T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+        else:
+            T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+            B[tx - 128] = S[255 - tx]
+        T.ptx.bar.sync(T.uint32(1))  # id 1 again, elsewhere: its phases are not the split's
+
+
+def test_an_id_used_outside_the_split_is_not_trusted():
+    assert kinds(id_used_after_the_split) == [("S", HazardKind.RAW)]
+
+
+@T.prim_func
+def uniform_counted_sync(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        S[tx] = A[tx]
+        T.ptx.bar.sync(T.uint32(1), T.uint32(128))
+        B[tx] = S[255 - tx]
+
+
+def _with_count(func, count):
+    return func.with_body(_EditBarriers({}, count).visit(func.body))
+
+
+def test_a_counted_sync_is_a_full_barrier_only_with_the_block_size():
+    # bar.sync(1, 128) in a 256-thread block releases the first 4 warps that arrive
+    assert kinds(uniform_counted_sync) == [("S", HazardKind.RAW)]
+    assert kinds(_with_count(uniform_counted_sync, 256)) == []
+
+
+def test_trusted_named_barriers_are_not_divergent_barriers():
+    assert find_divergent_barriers(pipeline_synced) == []
+    broken = _pipeline({("arrive", 1): 3})
+    assert len(find_divergent_barriers(broken)) == 2  # the two bar.sync ops
 
 
 class _ArriveAgain(TIRMutator):

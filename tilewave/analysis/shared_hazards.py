@@ -30,7 +30,14 @@ from typing import Any
 
 from tvm import tirx
 
-from tilewave.analysis.named_barrier_order import NamedBarrierSplit, named_barrier_splits
+from tilewave.analysis.named_barrier_order import (
+    NamedBarrierSplit,
+    SplitIf,
+    block_thread_count,
+    counted_barrier_threads,
+    named_barrier_splits,
+    thread_tags,
+)
 from tilewave.analysis.shared_access import (
     FAR,
     AccessKind,
@@ -101,8 +108,10 @@ class _Graph:
         self.nodes: list[_Node] = []
         #: node-id ranges of the two branches of each divergent `if`
         self.concurrent: list[tuple[range, range]] = []
-        #: every divergent ``if``: (statement, then ids, else ids, inside divergent code?)
-        self.split_ifs: list[tuple[Any, range, range, bool]] = []
+        #: every ``if`` on a thread-dependent condition (for the named-barrier model)
+        self.split_ifs: list[SplitIf] = []
+        #: ``While`` loops around the statement being built
+        self._whiles = 0
         #: loop back edges (body end, body start) -> the loop's ``For`` statement
         self.back_edges: dict[tuple[int, int], Any] = {}
         #: ``While`` back edges -> the number of serial loops around the ``While`` (loops
@@ -175,7 +184,10 @@ class _Graph:
             # threads that took different branches run them concurrently
             sides = (range(then_in, else_in), range(else_in, len(self.nodes)))
             self.concurrent.append(sides)
-            self.split_ifs.append((stmt, *sides, divergent))
+            self.split_ifs.append(SplitIf(
+                stmt, sides, divergent, scope.resolve(stmt.condition),
+                repeats=bool(scope.loops) or self._whiles > 0,
+            ))
         exit_node = self.new()
         self.edge(then_out, exit_node)
         self.edge(else_out, exit_node)
@@ -192,7 +204,9 @@ class _Graph:
         cond = self._condition(stmt.condition, stmt, head, scope, divergent)
         body_in = self.new()
         self.edge(cond, body_in)
+        self._whiles += 1
         body_out = self.build(stmt.body, body_in, scope, inner)
+        self._whiles -= 1
         self.edge(body_out, head)
         self.while_back_edges[(body_out, head)] = len(scope.loops)
         exit_node = self.new()
@@ -311,6 +325,13 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     graph.uniform = uniform_local_buffers(func)
     entry = graph.new()
     graph.build(func.body, entry, AccessScope(), False)
+    block_threads = block_thread_count(thread_tags(func), thread_extents)
+    for node in graph.nodes:
+        threads = counted_barrier_threads(node.stmt)
+        if threads is not None and threads != block_threads:
+            # a counted barrier (bar.sync(id, n)) releases groups of n threads: only with
+            # n = the whole block is it a full barrier
+            node.sync = None
     return graph, thread_extents
 
 
@@ -336,7 +357,7 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
         get_target(target)
     graph, thread_extents = _build(func)
     search = _Search(graph, thread_extents)
-    splits = _named_barrier_splits(func, graph, thread_extents)
+    splits = named_barrier_splits(func, graph.split_ifs, thread_extents, graph.nodes)
     node_of = {id(acc): i for i, node in enumerate(graph.nodes) for acc in node.accesses}
 
     def named_ordered(first: SharedAccess, second: SharedAccess, later: bool) -> bool:
@@ -373,20 +394,22 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
     return hazards
 
 
-def _named_barrier_splits(
-    func: Any, graph: _Graph, thread_extents: dict[Any, int]
-) -> list[NamedBarrierSplit]:
-    block_threads = 1
-    for extent in thread_extents.values():
-        block_threads *= extent  # 0 (unknown extent): no thread count can match
-    return named_barrier_splits(func, graph.split_ifs, block_threads, graph.nodes)
-
-
 def find_divergent_barriers(func: Any) -> list[Any]:
-    """Barrier statements that sit under thread-dependent control flow (a deadlock risk)."""
-    graph, _ = _build(func)
+    """Barrier statements that sit under thread-dependent control flow (a deadlock risk),
+    except the named barriers of warp-split ``if``\\ s that the verifier's model trusts
+    (:mod:`tilewave.analysis.named_barrier_order`)."""
+    graph, thread_extents = _build(func)
+    splits: list[NamedBarrierSplit] = named_barrier_splits(
+        func, graph.split_ifs, thread_extents, graph.nodes
+    )
+    modelled = {n for split in splits for n in split.barrier_nodes()}
     return [
         n.stmt
-        for n in graph.nodes
-        if n.sync is not None and n.divergent and n.sync.kind is not SyncKind.ASYNC_WAIT
+        for i, n in enumerate(graph.nodes)
+        if i not in modelled
+        and n.divergent
+        and (
+            (n.sync is not None and n.sync.kind is not SyncKind.ASYNC_WAIT)
+            or counted_barrier_threads(n.stmt) is not None
+        )
     ]
