@@ -5,7 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from named_barrier_kernels import ws_after as pipeline_synced
 from named_barrier_kernels import ws_before as pipeline_before
-from tvm import tirx
+from tvm import ir, tirx
 from tvm.script import from_source
 from tvm.script import tirx as T
 
@@ -16,7 +16,7 @@ from tilewave.analysis.shared_hazards import (
     find_shared_hazards,
 )
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import TIRMutator, rebuild
+from tilewave.ir.walker import TIRMutator, post_order_visit, rebuild
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
 
@@ -278,43 +278,50 @@ def test_an_id_used_twice_in_a_branch_is_not_trusted():
 _PRODUCER_OPS = [
     "S[tx] = A[k, tx]",
     "S[tx] = A[k, tx] + T.float32({c})",  # producers write only their own elements
-    "B[k, tx] = A[k, tx]",  # no shared traffic
+    "for j in range(2):\n{pad}    S[tx] = S[tx] * T.float32(0.5)",  # own elements only
+    "C[k, tx] = A[k, tx]",  # no shared traffic
 ]
 _CONSUMER_OPS = [
-    "B[k, tx - 128] = S[(tx + {c}) % 128]",
-    "B[k, tx - 128] = S[255 - tx] * T.float32(2)",
-    "B[k, tx - 128] = A[k, tx - 128]",  # no shared traffic
+    "B[k, tx] = S[(tx + {c}) % {p}]",
+    "B[k, tx] = S[255 - tx] * T.float32(2)",
+    "for j in range(2):\n{pad}    B[k, tx] = B[k, tx] + S[(tx * 2 + j) % {p}]",
+    "B[k, tx] = A[k, tx]",  # no shared traffic
 ]
 
 
 @st.composite
 def split_kernels(draw):
-    def ops(table):
-        chosen = draw(st.lists(st.tuples(st.integers(0, len(table) - 1), st.integers(1, 127)),
-                               min_size=1, max_size=3))
-        return [table[i].format(c=c) for i, c in chosen]
-
-    producer, consumer = ops(_PRODUCER_OPS), ops(_CONSUMER_OPS)
+    """A warp-split kernel (warps below ``p`` produce, the others consume), straight-line
+    or in a loop; and whether both sides touch S (then they always race)."""
+    split = 32 * draw(st.integers(1, 7))
     in_loop = draw(st.booleans())
     pad = "    " * (4 if in_loop else 3)
-    loop = "        for k in range(4):\n" if in_loop else "        k = 0\n"
-    lines = [loop.rstrip("\n"), pad[:-4] + "if tx < 128:"]
+
+    def ops(table):
+        chosen = draw(st.lists(st.tuples(st.integers(0, len(table) - 1), st.integers(1, 255)),
+                               min_size=1, max_size=3))
+        return [table[i].format(c=c, p=split, pad=pad) for i, c in chosen]
+
+    producer, consumer = ops(_PRODUCER_OPS), ops(_CONSUMER_OPS)
+    loop = "        for k in range(4):" if in_loop else "        k = 0"
+    lines = [loop, pad[:-4] + f"if tx < {split}:"]
     lines += [pad + op for op in producer]
     lines += [pad[:-4] + "else:"] + [pad + op for op in consumer]
     body = "\n".join(lines)
     return f'''
 # from tvm.script import tirx as T
 @T.prim_func
-def k(A: T.Buffer((4, 256), "float32"), B: T.Buffer((4, 256), "float32")):
+def k(A: T.Buffer((4, 256), "float32"), B: T.Buffer((4, 256), "float32"),
+      C: T.Buffer((4, 256), "float32")):
     for tx in T.thread_binding(256, thread="threadIdx.x"):
-        S = T.alloc_buffer((128,), "float32", scope="shared")
+        S = T.alloc_buffer((256,), "float32", scope="shared")
 {body}
 ''', any("S[" in op for op in producer) and any("S[" in op for op in consumer)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-@given(case=split_kernels())
-def test_generated_split_kernels_verify_clean_after_the_pass(case):
+@given(case=split_kernels(), drop=st.integers(0, 3))
+def test_generated_split_kernels_verify_clean_after_the_pass(case, drop):
     source, races = case
     func = from_source(source, extra_vars={"T": T})
     before = find_shared_hazards(func, "sm_90a")
@@ -322,3 +329,24 @@ def test_generated_split_kernels_verify_clean_after_the_pass(case):
     assert bool(before) == races, source
     after = insert_shared_barriers(func, "sm_90a")
     assert find_shared_hazards(after, "sm_90a") == [], after.script()
+    # without any one of the pass's named barriers the race is back
+    present = _barrier_keys(after)
+    assert bool(present) == races
+    if present:
+        broken = after.with_body(_EditBarriers({present[drop % len(present)]: 0}, 256)
+                                 .visit(after.body))
+        assert {h.buffer for h in find_shared_hazards(broken, "sm_90a")} == {"S"}, broken.script()
+
+
+def _barrier_keys(func):
+    keys = []
+
+    def visit(node):
+        if isinstance(node, tirx.Evaluate) and isinstance(node.value, ir.expr.Call):
+            name = callee_name(node.value)
+            if name in ("tirx.ptx.bar_arrive", "tirx.ptx.bar_sync_count"):
+                keys.append(("arrive" if name.endswith("arrive") else "sync",
+                             int(node.value.args[0].value)))
+
+    post_order_visit(func.body, visit)
+    return keys
