@@ -19,9 +19,12 @@ consumer).
 A fifth kernel is warp-specialised: ``warp_specialized`` runs 256 threads per block;
 warps 0-3 produce (copy tile k of the input into shared memory) and warps 4-7 consume
 (read the tile reversed, accumulate ``(k + 1) * tile``), for ``STEPS`` tiles, written with
-hand-placed named barriers (``bar.arrive`` / ``bar.sync`` ids 1 and 2). It has two
-variants: ``stripped`` and ``tilewave-named`` (the named barriers re-inserted by
-``InsertSharedBarriers``: RAW id 1, WAR id 2).
+hand-placed named barriers (``bar.arrive`` / ``bar.sync`` ids 1 and 2). It has three
+variants: ``stripped``, ``tilewave-named`` (the named barriers re-inserted by
+``InsertSharedBarriers``: RAW id 1, WAR id 2) and ``named-all-sync``, a diagnostic: the
+``tilewave-named`` kernel with every ``bar.arrive`` turned into a ``bar.sync`` on the same
+id and count (every thread then waits at both ids; it shows whether racecheck's reports
+on ``tilewave-named`` come from ``bar.arrive``). The diagnostic is shown, not judged.
 
 Two machines:
 
@@ -34,8 +37,9 @@ Two machines:
   it on random data and compares it with the NumPy reference of this file;
 * ``--racecheck DIR`` does the same, then runs each variant again in its own
   ``compute-sanitizer --tool racecheck --racecheck-report hazard`` process, reads its
-  ``RACECHECK SUMMARY: N hazards displayed`` line and prints
-  ``kernel | variant | hazards | result matches``. With ``--log-dir`` the sanitizer's output
+  ``RACECHECK SUMMARY: N hazards displayed`` line, counts the ``Potential RAW/WAR/WAW
+  hazard`` reports by kind and prints ``kernel | variant | hazards | kinds | result
+  matches | tilewave verifier hazards``. With ``--log-dir`` the sanitizer's output
   is kept. Exit status 1 when a tilewave variant has a hazard or a wrong result (the
   stripped variants are shown, not judged).
 """
@@ -60,8 +64,10 @@ STEPS = 8  # loop_tile trip count
 VARIANTS = ("stripped", "tilewave-basic", "tilewave-split")
 TILEWAVE_VARIANTS = ("tilewave-basic", "tilewave-split", "tilewave-named")
 WARP_SPECIALIZED = "warp_specialized"  # the kernel whose variants are stripped / named
+ALL_SYNC = "named-all-sync"  # diagnostic variant of the warp-specialised kernel
 SANITIZER_TIMEOUT_S = 120  # one racecheck process (a few seconds when it works)
 _SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed")
+_HAZARD = re.compile(r"Potential (RAW|WAR|WAW) hazard")
 
 
 @dataclass(frozen=True)
@@ -271,13 +277,36 @@ def strip_barriers(func):
     return func.with_body(_Strip().visit(func.body))
 
 
+def arrives_to_syncs(func):
+    """``func`` with every named ``bar.arrive(id, n)`` replaced by ``bar.sync(id, n)``;
+    needs TVM."""
+    from tvm import ir
+
+    from tilewave.ir.intrinsics import callee_name
+    from tilewave.ir.walker import TIRMutator, rebuild
+
+    sync_op = ir.Op.get("tirx.ptx.bar_sync_count")
+
+    class _ArriveToSync(TIRMutator):
+        def visit_Evaluate(self, node):
+            call = node.value
+            if not isinstance(call, ir.expr.Call) or callee_name(call) != "tirx.ptx.bar_arrive":
+                return node
+            bar_id, count = list(call.args)[:2]
+            args = [bar_id, count, "", "sync", ""]
+            return rebuild(node, {"value": rebuild(call, {"op": sync_op, "args": args})})
+
+    return func.with_body(_ArriveToSync().visit(func.body))
+
+
 def variants_of(func, kernel_id: str = "") -> dict:
     """The variants of one kernel, as PrimFuncs; needs TVM."""
     from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
     stripped = strip_barriers(func)
     if kernel_id == WARP_SPECIALIZED:
-        return {"stripped": stripped, "tilewave-named": insert_shared_barriers(stripped, "sm_90a")}
+        named = insert_shared_barriers(stripped, "sm_90a")
+        return {"stripped": stripped, "tilewave-named": named, ALL_SYNC: arrives_to_syncs(named)}
     return {
         "stripped": stripped,
         "tilewave-basic": insert_shared_barriers(stripped, "sm_90a", barrier_style="basic"),
@@ -450,6 +479,10 @@ def racecheck(in_dir: Path, log_dir: Path | None) -> int:
             (log_dir / f"{kernel_id}__{variant}.log").write_text(log)
         summary = _SUMMARY.search(log)
         hazards = int(summary.group(1)) if summary else None
+        counts = {kind: 0 for kind in ("RAW", "WAR", "WAW")}
+        for kind in _HAZARD.findall(log):
+            counts[kind] += 1
+        kinds = " ".join(f"{k}:{n}" for k, n in counts.items() if n) or "-"
         match = re.search(rf"RESULT {re.escape(kernel_id)}:{re.escape(variant)} match=(\w+)", log)
         matches = match.group(1) if match else f"no result ({status})"
         verifier = manifest["kernels"][kernel_id]["variants"][variant]["verifier_hazards"]
@@ -458,6 +491,7 @@ def racecheck(in_dir: Path, log_dir: Path | None) -> int:
                 kernel_id,
                 variant,
                 "no summary" if hazards is None else str(hazards),
+                kinds,
                 matches,
                 verifier,
             )
@@ -465,11 +499,14 @@ def racecheck(in_dir: Path, log_dir: Path | None) -> int:
         if variant in TILEWAVE_VARIANTS and (hazards != 0 or matches != "True"):
             bad += 1
     print(
-        f"{'kernel':<16} | {'variant':<15} | {'hazards':>10} | {'result matches':<14} | "
-        "tilewave verifier hazards"
+        f"{'kernel':<16} | {'variant':<15} | {'hazards':>10} | {'kinds':<20} | "
+        f"{'result matches':<14} | tilewave verifier hazards"
     )
-    for kernel_id, variant, hazards, matches, verifier in rows:
-        print(f"{kernel_id:<16} | {variant:<15} | {hazards:>10} | {matches:<14} | {verifier}")
+    for kernel_id, variant, hazards, kinds, matches, verifier in rows:
+        print(
+            f"{kernel_id:<16} | {variant:<15} | {hazards:>10} | {kinds:<20} | {matches:<14} | "
+            f"{verifier}"
+        )
     print("PASS" if not bad else f"FAIL ({bad} tilewave variant(s) with hazards or mismatches)")
     return 1 if bad else 0
 

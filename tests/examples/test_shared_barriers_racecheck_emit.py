@@ -11,7 +11,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shared_barriers_ra
 GENERATED = EXAMPLE.parent / "generated" / "shared_barriers"
 KERNELS = {"reverse", "transpose", "stencil", "loop_tile", "warp_specialized"}
 VARIANTS = {"stripped", "tilewave-basic", "tilewave-split"}
-NAMED_VARIANTS = {"stripped", "tilewave-named"}  # the warp-specialised kernel
+NAMED_VARIANTS = {"stripped", "tilewave-named", "named-all-sync"}  # warp-specialised
 
 
 def load_example():
@@ -89,6 +89,21 @@ def test_warp_specialized_kernel_gets_raw_and_war_named_barriers(emitted):
     assert "__syncthreads" not in named
 
 
+def test_all_sync_diagnostic_is_the_named_kernel_with_syncs_for_arrives(emitted):
+    out, manifest = emitted
+    spec = manifest["kernels"]["warp_specialized"]["variants"]
+    named = kernel_body((out / spec["tilewave-named"]["file"]).read_text(),
+                        "warp_specialized_kernel")
+    all_sync = kernel_body((out / spec["named-all-sync"]["file"]).read_text(),
+                           "warp_specialized_kernel")
+    assert "bar_arrive" not in all_sync
+    assert all_sync.count("tvm_builtin_ptx_bar_sync_count_sync(") == 4
+    assert all_sync == named.replace("tvm_builtin_ptx_bar_arrive_arrive(",
+                                     "tvm_builtin_ptx_bar_sync_count_sync(")
+    assert spec["named-all-sync"]["verifier_hazards"] == 0
+    assert "named-all-sync" not in load_example().TILEWAVE_VARIANTS  # shown, not judged
+
+
 def test_loop_tile_gets_the_war_barrier_of_the_next_iteration(emitted):
     out, manifest = emitted
     spec = manifest["kernels"]["loop_tile"]["variants"]
@@ -148,3 +163,6 @@ def test_racecheck_summary_parsing():
     line = "========= RACECHECK SUMMARY: 3 hazards displayed (3 errors, 0 warnings)"
     assert example._SUMMARY.search(line).group(1) == "3"
     assert example._SUMMARY.search("RACECHECK SUMMARY: 0 hazards displayed").group(1) == "0"
+    log = ("========= Error: Potential WAR hazard detected at __shared__ 0x1fc in block (3,0,0) :\n"
+           "========= Warning: Potential RAW hazard detected at __shared__ 0x0 in block (0,0,0)")
+    assert example._HAZARD.findall(log) == ["WAR", "RAW"]
