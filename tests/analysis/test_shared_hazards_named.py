@@ -118,6 +118,31 @@ def test_a_raw_pair_without_war_pair_leaves_exactly_the_war_hazard():
 
 
 @T.prim_func
+def consumer_releases_before_reading(
+    A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")
+):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if tx < 128:
+                S[tx] = A[k, tx]
+                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
+            else:
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                T.ptx.bar.arrive(T.uint32(2), T.uint32(256))  # too early: before the read
+                B[k, tx - 128] = S[255 - tx]
+
+
+def test_a_war_arrival_before_the_read_leaves_the_war_hazard():
+    # both ids are phase-exact (each side waits on the other's id), the RAW order holds,
+    # but the producer may write tile k+1 while a consumer still reads tile k
+    hazards = find_shared_hazards(consumer_releases_before_reading, "sm_90a")
+    assert [(h.buffer, h.kind, h.first.describe(), h.second.describe()) for h in hazards] == [
+        ("S", HazardKind.WAR, "read S[255 - tx]", "write S[tx]")]
+
+
+@T.prim_func
 def run_ahead(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
     for tx in T.thread_binding(256, thread="threadIdx.x"):
         S = T.alloc_buffer((8, 128), "float32", scope="shared")  # a fresh row per tile
