@@ -4,7 +4,8 @@
 body under the thread-binding loops) and, from every shared access, searches forward for
 conflicting accesses reachable without passing a synchronisation that orders them:
 
-* a full barrier (``lds_barrier``, ``__syncthreads``...) in uniform control flow;
+* a full barrier (``lds_barrier``, ``__syncthreads``, ``bar.sync(id, n)`` with ``n`` the
+  block's thread count...) in uniform control flow;
 * a split barrier: a ``barrier_signal(id)`` followed later by a ``barrier_wait(id)``;
 * for an async write (cp.async, TMA, gather-to-LDS), either of those only counts after
   a wait for the thread's outstanding copies (``wait_async_ops(0)``);
