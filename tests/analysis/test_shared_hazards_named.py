@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from named_barrier_kernels import straight_split as straight_before
 from named_barrier_kernels import ws_after as pipeline_synced
 from named_barrier_kernels import ws_before as pipeline_before
 from tvm import ir, tirx
@@ -25,14 +26,6 @@ def kinds(func):
     return sorted(found, key=lambda pair: (pair[0], pair[1].name))
 
 
-@T.prim_func
-def straight_before(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
-    for tx in T.thread_binding(256, thread="threadIdx.x"):
-        S = T.alloc_buffer((128,), "float32", scope="shared")
-        if tx < 128:
-            S[tx] = A[tx] * T.float32(2)
-        else:
-            B[tx - 128] = S[255 - tx]
 
 
 @pytest.mark.parametrize("before", [pipeline_before, straight_before])

@@ -2,7 +2,7 @@
 
 import pytest
 import tvm
-from named_barrier_kernels import ws_after, ws_before
+from named_barrier_kernels import straight_split, ws_after, ws_before
 from tvm.script import tirx as T
 
 import tilewave
@@ -54,14 +54,6 @@ def test_amd_has_no_named_barriers():
 
 
 # -- the pass's named-barrier output checked by the independent hazard verifier ------------
-@T.prim_func
-def straight_split(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
-    for tx in T.thread_binding(256, thread="threadIdx.x"):
-        S = T.alloc_buffer((128,), "float32", scope="shared")
-        if tx < 128:
-            S[tx] = A[tx] * T.float32(2)
-        else:
-            B[tx - 128] = S[255 - tx]
 
 
 @T.prim_func
