@@ -41,6 +41,7 @@ from tilewave.codegen.amdgcn.known_bits import KnownBits
 from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
 from tilewave.codegen.amdgcn.value_reuse import LoopFrame, LoopNest, ValueTable, pure_free_vars
 from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
+from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import substitute
 from tilewave.targets import TargetInfo
 
@@ -627,7 +628,7 @@ class _Selector:
 
     def llvm_statement(self, call: ir.expr.Call) -> None:
         """The intrinsics tilewave's ROCm op lowering produces (``LowerTilewaveOps``)."""
-        name = _intrin_name(call)
+        name = callee_name(call)
         if name == "llvm.amdgcn.s.barrier":
             self.emit("s_barrier")
         elif name == "llvm.amdgcn.global.load.lds":
@@ -1007,7 +1008,7 @@ class _Selector:
         return out
 
     def llvm_intrin(self, call: ir.expr.Call, hint: Operand | None) -> Value:
-        name = _intrin_name(call)
+        name = callee_name(call)
         if name not in _MFMA:
             raise self.error(
                 f"LLVM intrinsic {name or call.args[0]}", f"The backend knows {', '.join(_MFMA)}."
@@ -1024,7 +1025,7 @@ class _Selector:
         a, b, acc[T.Ramp(c, 1, 4)], 0, 0, 0)``: one ``v_mfma`` whose D and C are the same
         four registers of ``acc`` (the accumulator chains without copies)."""
         call = node.value
-        name = _intrin_name(call)
+        name = callee_name(call)
         opcode, in_dtype = _MFMA[name]
         args = list(call.args)[1:]
         if len(args) != 6 or any(_const(x) != 0 for x in args[3:]):
@@ -1353,19 +1354,7 @@ def _intrin_name_of(expr: object) -> str:
         and isinstance(expr.op, ir.Op)
         and str(expr.op.name) in ("tirx.call_llvm_pure_intrin", "tirx.call_llvm_intrin")
     ):
-        return _intrin_name(expr)
-    return ""
-
-
-def _intrin_name(call: ir.expr.Call) -> str:
-    """The LLVM intrinsic a ``call_llvm_(pure_)intrin`` names (by string or by LLVM id)."""
-    first = call.args[0] if len(call.args) else None
-    if isinstance(first, ir.expr.StringImm):
-        return str(first.value)
-    if isinstance(first, tirx.IntImm):
-        from tvm.target import codegen
-
-        return str(codegen.llvm_get_intrinsic_name(first.value))
+        return callee_name(expr)
     return ""
 
 
