@@ -7,11 +7,16 @@ workgroup ids; ``v0`` packed workitem ids), and runs each workgroup's waves with
 VGPRs (64 lanes), SGPRs, EXEC/SCC, LDS and byte-addressed buffer memory behind buffer
 resource descriptors (out-of-range loads read 0, stores are dropped).
 
-Memory operations are *asynchronous* as on the hardware: a load's result lands in its
-registers only when an ``s_waitcnt`` retires it (vmcnt in order; lgkmcnt in order for LDS,
-but a pending scalar load makes only ``lgkmcnt(0)`` trustworthy). Touching a register that
-an unretired load writes raises :class:`SimulationError`, as does reaching ``s_barrier``
-with LDS operations of the wave still pending — so the emitted waitcnts are checked too.
+Memory operations are *asynchronous* as on the hardware, per wave: an LDS or vector-memory
+operation is queued on its counter when it issues and *takes effect* only when an
+``s_waitcnt`` of the issuing wave retires it (vmcnt in order; lgkmcnt in order for LDS, but
+a pending scalar load makes only ``lgkmcnt(0)`` trustworthy), or when the wave ends. A load
+samples memory and fills its registers then; a store (``ds_write``, ``buffer_store``, LDS
+DMA) changes memory then. ``s_barrier`` does not wait for anything: a wave that reaches it
+with LDS operations still queued lets the other waves run past the barrier before those
+operations land, so a kernel missing its ``s_waitcnt lgkmcnt(0)`` / ``vmcnt(0)`` before the
+barrier computes a different result with more than one wave. Touching a register that an
+unretired load writes raises :class:`SimulationError`.
 
 Limits (also in docs/amdgcn.md): no timing and no hazard modelling (``s_nop`` is a no-op),
 waves of a workgroup run one after another between barriers (a schedule the hardware may
@@ -343,16 +348,11 @@ class Simulator:
             ins = code[w.pc]
             op = ins.opcode
             if op == "s_endpgm":
+                self.drain(w)  # the hardware completes a wave's outstanding stores
                 w.done = True
                 return
             if op == "s_barrier":
-                lds_pending = [p for p in w.pending if (p.counter == "lgkm" and not p.smem)
-                               or ("lds", 0) in p.units]
-                if lds_pending:
-                    raise SimulationError(
-                        f"wave {w.index} reaches s_barrier with `{lds_pending[0].what}` still "
-                        "outstanding: other waves would not see its LDS effect"
-                    )
+                # the barrier orders only what has completed: queued operations stay queued
                 return
             jump = self.step(w, ins)
             w.pc = self.kernel.labels[jump] if jump else w.pc + 1
@@ -391,6 +391,11 @@ class Simulator:
                 p = mine.pop(0)
                 w.pending.remove(p)
                 p.apply()
+
+    def drain(self, w: Wave) -> None:
+        """Retire every queued operation of ``w`` in issue order."""
+        while w.pending:
+            w.pending.pop(0).apply()
 
     # -- scalar ALU ----------------------------------------------------------------------
     def salu(self, w: Wave, ins: Inst) -> None:
@@ -602,22 +607,21 @@ def _buffer_addresses(sim: Simulator, w: Wave, ins: Inst, vaddr: str, srsrc: str
 
 def _buffer_load_lds(sim: Simulator, w: Wave, ins: Inst, size: int) -> None:
     """LDS DMA: lane l's ``size`` bytes land in LDS at M0 + offset + l * size, not in VGPRs;
-    the LDS write happens when vmcnt retires the load."""
+    global memory is read and LDS written when vmcnt retires the load."""
     vaddr, srsrc, soffset = ins.operands
     offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
     lds_base = w.m0 + int(ins.mods.get("offset", 0))
-    writes = []
-    for lane in np.nonzero(w.exec_mask())[0]:
-        off = int(offs[lane])
-        data = sim.memory.read(base + off, size) if 0 <= off and off + size <= nrec \
-            else bytes(size)
-        addr = lds_base + int(lane) * size
+    lanes = [(int(lane), int(offs[lane])) for lane in np.nonzero(w.exec_mask())[0]]
+    for lane, _ in lanes:
+        addr = lds_base + lane * size
         if addr + size > len(sim.lds):
             raise SimulationError(f"`{ins.line}`: LDS DMA address {addr} out of range")
-        writes.append((addr, data))
 
     def apply() -> None:
-        for addr, data in writes:
+        for lane, off in lanes:
+            data = sim.memory.read(base + off, size) if 0 <= off and off + size <= nrec \
+                else bytes(size)
+            addr = lds_base + lane * size
             sim.lds[addr:addr + size] = np.frombuffer(data, dtype=np.uint8)
 
     # several DMAs may be in flight (they retire in order): no pending check against LDS
@@ -634,17 +638,17 @@ def _buffer_load(sim: Simulator, w: Wave, ins: Inst) -> None:
     mask = w.exec_mask()
     d = _reg(dst)
     assert d is not None
-    values = np.zeros((max(size // 4, 1), LANES), dtype=np.uint32)
-    for lane in np.nonzero(mask)[0]:
-        off = int(offs[lane])
-        if off + size <= nrec and off >= 0:
-            data = sim.memory.read(base + off, size)
-            if size == 2:
-                values[0][lane] = struct.unpack("<H", data)[0]
-            else:
-                values[:, lane] = struct.unpack(f"<{size // 4}I", data)
 
-    def apply() -> None:
+    def apply() -> None:  # memory is sampled when vmcnt retires the load
+        values = np.zeros((max(size // 4, 1), LANES), dtype=np.uint32)
+        for lane in np.nonzero(mask)[0]:
+            off = int(offs[lane])
+            if off + size <= nrec and off >= 0:
+                data = sim.memory.read(base + off, size)
+                if size == 2:
+                    values[0][lane] = struct.unpack("<H", data)[0]
+                else:
+                    values[:, lane] = struct.unpack(f"<{size // 4}I", data)
         for i in range(values.shape[0]):
             w.vgpr[d[1] + i][mask] = values[i][mask]
 
@@ -658,6 +662,7 @@ def _buffer_store(sim: Simulator, w: Wave, ins: Inst) -> None:
     assert d is not None
     sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
     offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
+    writes = []
     for lane in np.nonzero(w.exec_mask())[0]:
         off = int(offs[lane])
         if off + size <= nrec and off >= 0:
@@ -666,8 +671,13 @@ def _buffer_store(sim: Simulator, w: Wave, ins: Inst) -> None:
             else:
                 payload = struct.pack(f"<{size // 4}I",
                                       *[int(w.vgpr[d[1] + i][lane]) for i in range(size // 4)])
-            sim.memory.write(base + off, payload)
-    sim.issue(w, "vm", set(), lambda: None, ins.line)
+            writes.append((base + off, payload))
+
+    def apply() -> None:  # the store reaches memory when vmcnt retires it
+        for addr, payload in writes:
+            sim.memory.write(addr, payload)
+
+    sim.issue(w, "vm", set(), apply, ins.line)
 
 
 _DS_SIZE = {"b32": 4, "b64": 8, "b128": 16, "u16": 2, "b16": 2}
