@@ -31,7 +31,14 @@ from tilewave.codegen.amdgcn.waitcnt import insert_waitcnt
 from tilewave.errors import MalformedKernelError, TargetFeatureError
 from tilewave.targets import TargetInfo, get_target
 
-__all__ = ["CompiledKernel", "build_asm", "compile_device_func", "device_function", "emit"]
+__all__ = [
+    "CompiledKernel",
+    "build_asm",
+    "compile_device_func",
+    "device_function",
+    "emit",
+    "in_user_order",
+]
 
 ARCH_VGPRS = 256  # a VALU operand field addresses v0..v255 (AGPRs are a separate file)
 
@@ -46,6 +53,13 @@ class CompiledKernel:
     final: Program
     resources: KernelResources
     target: TargetInfo
+
+    @property
+    def arguments(self) -> list[str]:
+        """The code object's kernel arguments in kernarg order (the PrimFunc's order, see
+        :func:`in_user_order`): buffer pointers by their device name (``A_ptr``), scalars
+        by name."""
+        return [arg.name for arg in self.selected.args]
 
 
 def _require_asm_target(target: Any) -> TargetInfo:
@@ -73,7 +87,34 @@ def device_function(func: tirx.PrimFunc | tvm.IRModule, target: Any) -> tirx.Pri
             f"AMDGCN backend: lowering produced {len(kernels)} device kernels; emit() handles "
             "one kernel per PrimFunc. Split the work into separate PrimFuncs."
         )
-    return kernels[0]
+    return in_user_order(kernels[0], func)
+
+
+def in_user_order(device: tirx.PrimFunc, user: tirx.PrimFunc | tvm.IRModule) -> tirx.PrimFunc:
+    """``device`` with its parameters in the order of ``user``'s.
+
+    TVM's host/device split orders a device kernel's parameters as pointers first, then
+    by name; the code object is called directly, so its arguments follow the PrimFunc
+    the user wrote instead: buffer ``X`` is the device pointer ``X_ptr``, a scalar keeps
+    its name. Device parameters with no user counterpart (symbolic shape variables) come
+    last, in TVM's order. :attr:`CompiledKernel.arguments` lists the final order.
+    """
+    if isinstance(user, tvm.IRModule):
+        funcs = [f for f in user.functions.values() if isinstance(f, tirx.PrimFunc)]
+        if len(funcs) != 1:
+            return device
+        user = funcs[0]
+    by_name = {p.name: p for p in device.params}
+    ordered = []
+    for param in user.params:
+        is_buffer = isinstance(param.ty, tirx.buffer.BufferType)
+        match = by_name.get(f"{param.name}_ptr" if is_buffer else param.name)
+        if match is not None and match not in ordered:
+            ordered.append(match)
+    ordered += [p for p in device.params if p not in ordered]
+    if all(a.same_as(b) for a, b in zip(ordered, device.params, strict=True)):
+        return device
+    return tirx.PrimFunc(ordered, device.body, device.ret_type, device.attrs, device.span)
 
 
 def compile_device_func(func: tirx.PrimFunc, target: Any) -> CompiledKernel:
