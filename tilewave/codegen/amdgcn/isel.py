@@ -1183,7 +1183,12 @@ class _Selector:
         self.memory_op(buf, var, self.flat_index(buf, indices), data, buf.elem_bytes, store=True)
 
     def byte_offset(self, buf: _Buffer, flat: object) -> tuple[Value | None, int]:
+        """(per-access byte offset or None, constant byte offset) of element ``flat`` of an
+        LDS buffer. The constant goes to the ``ds_*`` offset field, which is added unsigned:
+        when the rest may be negative the constant stays in the register part."""
         terms, const = self.index_terms(flat)
+        if terms and const and not self.non_negative(terms):
+            terms, const = [*terms, tirx.IntImm("int32", const)], 0
         offset = self.scaled(terms, buf.elem_bytes) if terms else None
         return offset, const * buf.elem_bytes
 
@@ -1213,30 +1218,36 @@ class _Selector:
         counter's part of an address stays on the SALU and the per-lane part can be hoisted
         out of the loop. The constant goes to the offset field if it fits and
         ``offset_field`` allows.
+
+        Every part is added as an unsigned 32-bit number and the bounds check compares the
+        sum with ``num_records``, so a part that may be negative (``bx * 64 + tx - 1`` at
+        ``tx = 0``: ``vaddr`` would be ``0xFFFFFFFC``) would turn a valid access into an
+        out-of-range one (loads read 0, stores are dropped). Only parts provably
+        non-negative are split; otherwise the whole index goes to ``vaddr``, where it is
+        the element's own (non-negative, for any valid access) offset.
         """
         terms, const = self.index_terms(flat)
         lane_terms: list[object] = []
         uniform_terms: list[object] = []
         for term in terms:
             (uniform_terms if self.expr_is_uniform(term) else lane_terms).append(term)
-        uniform_sum = _sum(uniform_terms)
-        if lane_terms and uniform_sum is not None and not self.bits.facts(uniform_sum).non_negative:
-            lane_terms, uniform_terms = lane_terms + uniform_terms, []
         const_bytes = const * buf.elem_bytes
-        # soffset is added unsigned: with no per-lane part, a uniform sum that may be
-        # negative takes the constant too (the whole index of a valid access is >= 0)
-        signed_uniform = (not lane_terms and uniform_sum is not None
-                          and not self.bits.facts(uniform_sum).non_negative)
-        if const and (signed_uniform or not offset_field
-                      or not 0 <= const_bytes <= MAX_BUFFER_OFFSET):
-            extra = tirx.IntImm("int32", const)
-            if uniform_terms and (const > 0 or not lane_terms):
-                uniform_terms.append(extra)  # the sum stays non-negative: an SALU add
+        extra = tirx.IntImm("int32", const)
+        if const and not (offset_field and 0 <= const_bytes <= MAX_BUFFER_OFFSET):
+            if uniform_terms and self.non_negative([*uniform_terms, extra]):
+                uniform_terms.append(extra)  # an SALU add, the sum still non-negative
             elif lane_terms:
                 lane_terms.append(extra)
             else:
                 uniform_terms.append(extra)
             const_bytes = 0
+        if lane_terms and not (self.non_negative(lane_terms)
+                               and self.non_negative(uniform_terms)):
+            # one signed index, whole, in vaddr
+            lane_terms = [*lane_terms, *uniform_terms] + ([extra] if const_bytes else [])
+            uniform_terms, const_bytes = [], 0
+        elif not lane_terms and const_bytes and not self.non_negative(uniform_terms):
+            uniform_terms, const_bytes = [*uniform_terms, extra], 0
         vaddr: Operand = Sym("off")
         if lane_terms:
             vaddr = self.to_vgpr(self.scaled(lane_terms, buf.elem_bytes).op)
@@ -1245,6 +1256,11 @@ class _Selector:
             op = self.scaled(uniform_terms, buf.elem_bytes).op
             soffset = op if isinstance(op, Imm) and op.is_inline else self.to_sgpr(op)
         return vaddr, soffset, const_bytes
+
+    def non_negative(self, terms: list[object]) -> bool:
+        """The sum of ``terms`` (an empty sum is 0) is provably >= 0."""
+        total = _sum(terms)
+        return total is None or self.bits.facts(total).non_negative
 
     def memory_op(
         self, buf: _Buffer, var: object, flat: object, data: Operand, size: int, store: bool
