@@ -18,8 +18,9 @@ import re
 import runpy
 import sys
 import time
+import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,6 +30,7 @@ from tilewave.errors import KernelSourceError, TilewaveError
 from tilewave.instruments import DumpIR, OverrideIR, PassTimings, instruments_from_env
 from tilewave.pipeline import BuildResult, build, device_finalize_passes, stages_for
 from tilewave.targets import TARGETS, get_target
+from tilewave.tvm_log import quiet_device_probe_warnings
 
 __all__ = ["barrier_summary", "device_code_excerpt", "load_kernels", "main"]
 
@@ -278,9 +280,20 @@ def _parser() -> argparse.ArgumentParser:
         prog="tilewave",
         description="GPU synchronisation and memory-pipelining passes for Apache TVM TIR.",
     )
+    parser.add_argument(
+        "--traceback",
+        action="store_true",
+        help="print the Python traceback of an error (by default only its message)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def debug_flags(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--traceback",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="print the Python traceback of an error (by default only its message)",
+        )
         p.add_argument(
             "--dump-ir",
             metavar="DIR",
@@ -345,7 +358,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Run the ``tilewave`` command; returns the exit status (1 after a TilewaveError)."""
+    """Run the ``tilewave`` command and return its exit status.
+
+    0: success; 1: a user mistake (a :class:`TilewaveError`, message only); 2: bad command
+    line (argparse); 3: an internal error. ``--traceback`` adds the Python traceback.
+    TVM's warnings about ROCm devices this machine lacks are filtered
+    (:mod:`tilewave.tvm_log`).
+    """
     args = _parser().parse_args(argv)
     stream = out or sys.stdout
     commands = {
@@ -354,11 +373,34 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "demo": _cmd_demo,
         "build": _cmd_build,
     }
+    with quiet_device_probe_warnings():
+        return _run_reporting_errors(lambda: commands[args.command](args, stream), args.traceback)
+
+
+#: Exit statuses of the ``tilewave`` command (docs/errors.md lists them).
+EXIT_OK, EXIT_USER_ERROR, EXIT_USAGE, EXIT_INTERNAL_ERROR = 0, 1, 2, 3
+
+
+def _run_reporting_errors(command: Callable[[], int], show_traceback: bool) -> int:
+    # A user mistake is a TilewaveError: its message says what and how to fix it, so no
+    # traceback unless asked. Anything else is a bug (tilewave's or TVM's): say so.
     try:
-        return commands[args.command](args, stream)
+        return command()
     except TilewaveError as err:
+        if show_traceback:
+            traceback.print_exc()
         sys.stderr.write(f"tilewave: error: {err}\n")
-        return 1
+        return EXIT_USER_ERROR
+    except Exception as err:
+        if show_traceback:
+            traceback.print_exc()
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        sys.stderr.write(
+            f"tilewave: internal error (a bug in tilewave or TVM, not in your input): "
+            f"{type(err).__name__}: {first}\nRerun with --traceback and report it with the "
+            "kernel file.\n"
+        )
+        return EXIT_INTERNAL_ERROR
 
 
 if __name__ == "__main__":
