@@ -85,7 +85,9 @@ class Stage:
     """One entry of the pass list.
 
     Attributes:
-        name: the pass name as instruments and dumps show it.
+        name: the pass's own name (``pass.info.name``): what ``--list-passes``, instruments
+            and dumps show and what ``PassContext(disabled_pass=[...])`` takes. TVM names
+            both ``InjectPTXLDG32`` runs alike, so that name disables both.
         make: builds the pass for a target and options.
         when: whether the stage runs for this target and these options.
         origin: ``"tvm"`` for TVM's own passes, ``"tilewave"`` for tilewave's.
@@ -212,7 +214,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage("tilewave.LowerTilewaveOps", lambda t, o: LowerTilewaveOps(t), origin="tilewave"),
     # ----
-    _tvm("s_tir.ThreadSync.warp", lambda: s_tir.transform.ThreadSync("warp")),
+    _tvm("s_tir.ThreadSync", lambda: s_tir.transform.ThreadSync("warp")),
     _tvm("s_tir.InferFragment", s_tir.transform.InferFragment),
     _tvm("s_tir.LowerThreadAllreduce", s_tir.transform.LowerThreadAllreduce),
     _tvm(
@@ -220,7 +222,7 @@ STAGES: tuple[Stage, ...] = (
         s_tir.transform.InjectPTXAsyncCopy,
         _config("tirx.use_async_copy"),
     ),
-    _tvm("s_tir.InjectPTXLDG32.late", s_tir.transform.InjectPTXLDG32, _config("tirx.s_tir.ldg32")),
+    _tvm("s_tir.InjectPTXLDG32", s_tir.transform.InjectPTXLDG32, _config("tirx.s_tir.ldg32")),
     _tvm("s_tir.MergeSharedMemoryAllocations", s_tir.transform.MergeSharedMemoryAllocations),
     _tvm("tirx.SplitHostDevice", tirx.transform.SplitHostDevice),
     _tvm("tirx.MakePackedAPI", tirx.transform.MakePackedAPI),

@@ -259,4 +259,4 @@ def InjectFenceProxy(
             mod.update_func(gvar, func)
         return mod
 
-    return tvm.transform.module_pass(transform, opt_level=0, name=_PASS)
+    return tvm.transform.module_pass(transform, opt_level=0, name=f"tilewave.{_PASS}")
