@@ -97,6 +97,31 @@ def _short_text(stmt: object, limit: int = 120) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+class DivergentBarrierError(MalformedKernelError):
+    """A barrier is needed where only some threads run (inside thread-divergent control
+    flow) and cannot be hoisted out."""
+
+
+class UnfixableHazardError(MalformedKernelError):
+    """A shared-memory hazard no barrier can order: the two accesses run concurrently by
+    construction (e.g. two writes to one shared word in the two arms of a thread-divergent
+    ``if``), or a pass's output still holds a hazard it was responsible for."""
+
+
+class StageFailedError(TilewaveError):
+    """A TVM pass inside tilewave's pass list raised: the message names the stage and the
+    kernel, and carries TVM's first message line."""
+
+
+class CodegenError(TilewaveError):
+    """TVM's code generator rejected the lowered kernel (an unsupported dtype or intrinsic
+    for the target)."""
+
+
+class OutputPathError(TilewaveError):
+    """An output file or directory that cannot be created or written."""
+
+
 class TargetFeatureError(TilewaveError):
     """An op or option that needs a hardware feature the target lacks (a split barrier on
     gfx942, ``fence.proxy.async`` before sm_90...)."""

@@ -58,7 +58,13 @@ from tilewave.analysis.shared_access import (
     touches_shared_or_sync,
 )
 from tilewave.analysis.uniform_locals import uniform_local_buffers
-from tilewave.errors import MalformedKernelError, PassOptionError, TilewaveError, where
+from tilewave.errors import (  # DivergentBarrierError re-exported: it used to live here
+    DivergentBarrierError,
+    MalformedKernelError,
+    PassOptionError,
+    TilewaveError,
+    where,
+)
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import post_order_visit, rebuild
 from tilewave.targets import TargetInfo, get_target
@@ -76,11 +82,6 @@ PASS_NAME = "InsertSharedBarriers"
 #: the barrier id of the whole workgroup (gfx12 ``s_barrier_signal -1``)
 WORKGROUP_BARRIER = -1
 _MAX_FIXPOINT_ROUNDS = 32
-
-
-class DivergentBarrierError(MalformedKernelError):
-    """A barrier is needed where only some threads run (inside thread-divergent control
-    flow) and cannot be hoisted out."""
 
 
 @dataclass(frozen=True)
