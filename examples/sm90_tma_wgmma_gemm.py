@@ -1,0 +1,196 @@
+"""An sm_90a fp16 GEMM: TMA loads on mbarriers, wgmma from swizzled shared tiles, TMA store.
+
+``C = A @ B.T`` with ``A`` (M x K), ``B`` (N x K), fp16 in, fp32 accumulate, fp16 out. One
+block of 256 threads (two warp groups) computes a 128 x 128 tile of ``C``:
+
+* a ring of :data:`STAGES` shared stages, each a 128 x 64 slice of ``A`` and of ``B``
+  (64 fp16 = one 128-byte swizzle row), filled by ``cp.async.bulk.tensor.2d`` (TMA, 128B
+  swizzle) issued by thread 0, completing on the stage's *full* mbarrier
+  (``mbarrier.arrive.expect_tx`` + the copies' ``complete_tx``);
+* every thread waits for the stage with a ``mbarrier.try_wait.parity`` loop; each warp
+  group runs four ``wgmma.mma_async.m64n128k16`` (its 64 rows of ``A`` x the 128 rows of
+  ``B``) reading shared memory through matrix descriptors, commits, and waits until at
+  most one wgmma group is in flight: the *previous* stage is then free. Every thread
+  arrives on that stage's *empty* mbarrier; thread 0 waits for it and refills the stage;
+* the epilogue converts the accumulators to fp16 into a 128B-swizzled shared C tile and
+  thread 0 stores it with two TMA stores (``cp.async.bulk.tensor`` shared -> global).
+
+Variants (functions returning a ``PrimFunc``):
+
+* :func:`hand`: synchronised by hand: ``fence.mbarrier_init`` + ``__syncthreads()`` after
+  the mbarrier initialisation, ``fence.proxy.async`` + ``__syncthreads()`` between the C
+  tile's stores and the TMA store. No barrier in the K loop: the mbarriers order it.
+* :func:`stripped`: :func:`hand` without those barriers and fences (the mbarrier protocol
+  stays), to be re-synchronised by ``tilewave.build(..., "sm_90a")``.
+
+:func:`launch` says how to run it (``benchmarks/real_kernels_sm90.py``). Needs TVM to
+build the kernels; the module imports without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from sm90_common import Sm90Launch, gemm_tensor_maps, strip_sync
+
+NAME = "sm90_tma_wgmma_gemm"
+M = N = K = 4096  #: the benchmarked problem
+BLOCK_M = BLOCK_N = 128
+BLOCK_K = 64  # 64 fp16 = 128 bytes: one 128B-swizzle row
+STAGES = 4
+THREADS = 256  # two warp groups, 64 rows of the tile each
+GROUP_M = 8  # block rasterisation: 8 row tiles share the B tiles they read
+WGMMA_K = 16
+STORE_COLS = 64  # the C tile goes out in 128 x 64 boxes (one 128B-swizzle row each)
+A_TILE = BLOCK_M * BLOCK_K  # fp16 elements of one stage's A slice
+B_TILE = BLOCK_N * BLOCK_K
+STAGE_BYTES = (A_TILE + B_TILE) * 2  # what one stage's two TMA copies deliver
+ACC_REGS = BLOCK_N // 2  # m64n128 f32 accumulator: 64 registers a thread
+# wgmma descriptor fields for a K-major tile with 128B swizzle: the leading offset is
+# unused (1), 8-row groups are 1024 bytes apart (stride 1024 >> 4 = 64), layout 3 = 128B.
+DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B = 1, 64, 3
+TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
+
+
+def hand(m: int = M, n: int = N, k: int = K) -> Any:
+    """The hand-synchronised kernel for an ``m x n x k`` problem; needs TVM."""
+    from tvm.script import tirx as T
+
+    k_tiles = k // BLOCK_K
+    n_tiles = n // BLOCK_N
+    blocks = (m // BLOCK_M) * n_tiles
+
+    @T.macro(hygienic=False)
+    def wait_parity(bar, parity):
+        ready[0] = T.uint32(0)
+        while ready[0] == T.uint32(0):
+            T.ptx.mbarrier.try_wait.parity.shared.b64(
+                ready[0], T.address_of(bar), T.Cast("uint32", parity)
+            )
+
+    @T.macro(hygienic=False)
+    def load_stage(stage, kt):
+        T.ptx.mbarrier.arrive.expect_tx.shared.b64(
+            T.address_of(full[stage]), T.uint32(STAGE_BYTES)
+        )
+        T.ptx[TMA_LOAD](
+            T.address_of(A_s[stage * A_TILE]), A_map, kt * BLOCK_K, bm * BLOCK_M,
+            T.address_of(full[stage]),
+        )
+        T.ptx[TMA_LOAD](
+            T.address_of(B_s[stage * B_TILE]), B_map, kt * BLOCK_K, bn * BLOCK_N,
+            T.address_of(full[stage]),
+        )
+
+    @T.prim_func
+    def sm90_tma_wgmma_gemm(
+        A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap")
+    ):
+        T.func_attr({"global_symbol": NAME})
+        for bx in T.thread_binding(blocks, thread="blockIdx.x"):
+            for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
+                A_s = T.alloc_buffer((STAGES * A_TILE,), "float16", scope="shared.dyn")
+                B_s = T.alloc_buffer((STAGES * B_TILE,), "float16", scope="shared.dyn")
+                C_s = T.alloc_buffer((BLOCK_M * BLOCK_N,), "float16", scope="shared.dyn")
+                full = T.alloc_buffer((STAGES,), "uint64", scope="shared.dyn")
+                empty = T.alloc_buffer((STAGES,), "uint64", scope="shared.dyn")
+                acc = T.alloc_buffer((ACC_REGS,), "float32", scope="local")
+                desc_a = T.alloc_buffer((1,), "uint64", scope="local")
+                desc_b = T.alloc_buffer((1,), "uint64", scope="local")
+                ready = T.alloc_buffer((1,), "uint32", scope="local")
+                group = bx // (GROUP_M * n_tiles)
+                bm = group * GROUP_M + bx % GROUP_M
+                bn = bx % (GROUP_M * n_tiles) // GROUP_M
+                wg = tx // 128
+                lane = tx % 32
+                row = wg * 64 + tx % 128 // 32 * 16 + lane // 4  # accumulator row (+8)
+                if tx == 0:
+                    for s in range(STAGES):
+                        T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
+                        T.ptx.mbarrier.init.shared.b64(
+                            T.address_of(empty[s]), T.uint32(THREADS)
+                        )
+                    T.ptx.fence.mbarrier_init.release.cluster()
+                T.tvm_storage_sync("shared")
+                if tx == 0:
+                    for s in range(STAGES):
+                        load_stage(s, s)
+                for i in T.unroll(ACC_REGS):
+                    acc[i] = T.float32(0)
+                for kt in range(k_tiles):
+                    wait_parity(full[kt % STAGES], kt // STAGES % 2)
+                    T.ptx.wgmma.fence.sync.aligned()
+                    for kk in T.unroll(BLOCK_K // WGMMA_K):
+                        T.cuda.wgmma.encode_matrix_descriptor(
+                            desc_a.data,
+                            T.address_of(A_s[kt % STAGES * A_TILE + wg * 64 * BLOCK_K
+                                             + kk * WGMMA_K]),
+                            DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
+                        )
+                        T.cuda.wgmma.encode_matrix_descriptor(
+                            desc_b.data,
+                            T.address_of(B_s[kt % STAGES * B_TILE + kk * WGMMA_K]),
+                            DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
+                        )
+                        T.ptx.wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16(
+                            *[acc[i] for i in range(ACC_REGS)],
+                            desc_a[0], desc_b[0], T.bool(True), 1, 1, 0, 0,
+                        )
+                    T.ptx.wgmma.commit_group.sync.aligned()
+                    # at most this step's group in flight: step kt - 1's stage is read
+                    T.ptx.wgmma.wait_group.sync.aligned(1)
+                    if kt > 0:
+                        T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[(kt - 1) % STAGES]))
+                        if tx == 0 and kt - 1 + STAGES < k_tiles:
+                            wait_parity(empty[(kt - 1) % STAGES], (kt - 1) // STAGES % 2)
+                            load_stage((kt - 1) % STAGES, kt - 1 + STAGES)
+                T.ptx.wgmma.wait_group.sync.aligned(0)
+                # accumulator (row, 8j + 2(lane % 4) + e) -> swizzled 128 x 64 C boxes
+                for j in T.unroll(BLOCK_N // 8):
+                    for h in T.unroll(2):
+                        for e in T.unroll(2):
+                            C_s[
+                                j // 8 * BLOCK_M * STORE_COLS
+                                + (row + h * 8) * STORE_COLS
+                                + T.bitwise_xor(j % 8, lane // 4) * 8
+                                + lane % 4 * 2
+                                + e
+                            ] = T.Cast("float16", acc[j * 4 + h * 2 + e])
+                T.ptx["fence.proxy.async.shared::cta"]()
+                T.tvm_storage_sync("shared")
+                if tx == 0:
+                    for box in range(BLOCK_N // STORE_COLS):
+                        T.ptx[TMA_STORE](
+                            C_map, bn * BLOCK_N + box * STORE_COLS, bm * BLOCK_M,
+                            T.address_of(C_s[box * BLOCK_M * STORE_COLS]),
+                        )
+                    T.ptx.cp.async_.bulk.commit_group()
+                    T.ptx.cp.async_.bulk.wait_group.read(0)
+
+    return sm90_tma_wgmma_gemm
+
+
+def stripped(m: int = M, n: int = N, k: int = K) -> Any:
+    """:func:`hand` without block barriers and fences (mbarrier protocol kept); needs TVM."""
+    return strip_sync(hand(m, n, k))
+
+
+def launch(m: int = M, n: int = N, k: int = K) -> Sm90Launch:
+    """Launch facts of the kernel at ``m x n x k``."""
+    return Sm90Launch(
+        kernel=f"{NAME}_kernel",
+        grid=((m // BLOCK_M) * (n // BLOCK_N), 1, 1),
+        block=(THREADS, 1, 1),
+        tensor_maps=gemm_tensor_maps(m, n, k, BLOCK_M, BLOCK_N, BLOCK_K, STORE_COLS),
+        m=m,
+        n=n,
+        k=k,
+    )
+
+
+__all__ = ["hand", "launch", "stripped"]
