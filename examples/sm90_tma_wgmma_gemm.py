@@ -57,13 +57,16 @@ TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx
 TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group"
 
 
-def hand(m: int = M, n: int = N, k: int = K) -> Any:
-    """The hand-synchronised kernel for an ``m x n x k`` problem; needs TVM."""
-    from tvm.script import tirx as T
+def kernel_macros() -> Any:
+    """The TVMScript macros both sm_90a GEMMs are built from; needs TVM.
 
-    k_tiles = k // BLOCK_K
-    n_tiles = n // BLOCK_N
-    blocks = (m // BLOCK_M) * n_tiles
+    They are unhygienic: they use the caller's ``ready``, ``full``, ``A_s``, ``B_s``,
+    ``C_s``, ``acc``, ``desc_a``, ``desc_b``, ``A_map``, ``B_map``, ``C_map``, ``bm``, ``bn``,
+    ``lane`` and this module's tile constants (a caller in another module imports them).
+    """
+    from types import SimpleNamespace
+
+    from tvm.script import tirx as T
 
     @T.macro(hygienic=False)
     def wait_parity(bar, parity):
@@ -87,6 +90,69 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
             T.address_of(full[stage]),
         )
 
+    @T.macro(hygienic=False)
+    def mma_stage(stage, a_row0):
+        # rows a_row0 .. a_row0 + 63 of the stage's A slice x all of its B slice
+        T.ptx.wgmma.fence.sync.aligned()
+        for kk in T.unroll(BLOCK_K // WGMMA_K):
+            T.cuda.wgmma.encode_matrix_descriptor(
+                desc_a.data,
+                T.address_of(A_s[stage * A_TILE + a_row0 * BLOCK_K + kk * WGMMA_K]),
+                DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
+            )
+            T.cuda.wgmma.encode_matrix_descriptor(
+                desc_b.data,
+                T.address_of(B_s[stage * B_TILE + kk * WGMMA_K]),
+                DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
+            )
+            T.ptx.wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16(
+                *[acc[i] for i in range(ACC_REGS)],
+                desc_a[0], desc_b[0], T.bool(True), 1, 1, 0, 0,
+            )
+        T.ptx.wgmma.commit_group.sync.aligned()
+
+    @T.macro(hygienic=False)
+    def store_accumulators(row):
+        # accumulator (row (+8), 8j + 2(lane % 4) + e) -> the swizzled 128 x 64 C boxes
+        for j in T.unroll(BLOCK_N // 8):
+            for h in T.unroll(2):
+                for e in T.unroll(2):
+                    C_s[
+                        j // 8 * BLOCK_M * STORE_COLS
+                        + (row + h * 8) * STORE_COLS
+                        + T.bitwise_xor(j % 8, lane // 4) * 8
+                        + lane % 4 * 2
+                        + e
+                    ] = T.Cast("float16", acc[j * 4 + h * 2 + e])
+
+    @T.macro(hygienic=False)
+    def store_tile():
+        for box in range(BLOCK_N // STORE_COLS):
+            T.ptx[TMA_STORE](
+                C_map, bn * BLOCK_N + box * STORE_COLS, bm * BLOCK_M,
+                T.address_of(C_s[box * BLOCK_M * STORE_COLS]),
+            )
+        T.ptx.cp.async_.bulk.commit_group()
+        T.ptx.cp.async_.bulk.wait_group.read(0)
+
+    return SimpleNamespace(
+        wait_parity=wait_parity,
+        load_stage=load_stage,
+        mma_stage=mma_stage,
+        store_accumulators=store_accumulators,
+        store_tile=store_tile,
+    )
+
+
+def hand(m: int = M, n: int = N, k: int = K) -> Any:
+    """The hand-synchronised kernel for an ``m x n x k`` problem; needs TVM."""
+    from tvm.script import tirx as T
+
+    k_tiles = k // BLOCK_K
+    n_tiles = n // BLOCK_N
+    blocks = (m // BLOCK_M) * n_tiles
+    mac = kernel_macros()
+
     @T.prim_func
     def sm90_tma_wgmma_gemm(
         A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap")
@@ -108,7 +174,6 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
                 bn = bx % (GROUP_M * n_tiles) // GROUP_M
                 wg = tx // 128
                 lane = tx % 32
-                row = wg * 64 + tx % 128 // 32 * 16 + lane // 4  # accumulator row (+8)
                 if tx == 0:
                     for s in range(STAGES):
                         T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
@@ -119,58 +184,25 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
                 T.tvm_storage_sync("shared")
                 if tx == 0:
                     for s in range(STAGES):
-                        load_stage(s, s)
+                        mac.load_stage(s, s)
                 for i in T.unroll(ACC_REGS):
                     acc[i] = T.float32(0)
                 for kt in range(k_tiles):
-                    wait_parity(full[kt % STAGES], kt // STAGES % 2)
-                    T.ptx.wgmma.fence.sync.aligned()
-                    for kk in T.unroll(BLOCK_K // WGMMA_K):
-                        T.cuda.wgmma.encode_matrix_descriptor(
-                            desc_a.data,
-                            T.address_of(A_s[kt % STAGES * A_TILE + wg * 64 * BLOCK_K
-                                             + kk * WGMMA_K]),
-                            DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
-                        )
-                        T.cuda.wgmma.encode_matrix_descriptor(
-                            desc_b.data,
-                            T.address_of(B_s[kt % STAGES * B_TILE + kk * WGMMA_K]),
-                            DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
-                        )
-                        T.ptx.wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16(
-                            *[acc[i] for i in range(ACC_REGS)],
-                            desc_a[0], desc_b[0], T.bool(True), 1, 1, 0, 0,
-                        )
-                    T.ptx.wgmma.commit_group.sync.aligned()
+                    mac.wait_parity(full[kt % STAGES], kt // STAGES % 2)
+                    mac.mma_stage(kt % STAGES, wg * 64)
                     # at most this step's group in flight: step kt - 1's stage is read
                     T.ptx.wgmma.wait_group.sync.aligned(1)
                     if kt > 0:
                         T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[(kt - 1) % STAGES]))
                         if tx == 0 and kt - 1 + STAGES < k_tiles:
-                            wait_parity(empty[(kt - 1) % STAGES], (kt - 1) // STAGES % 2)
-                            load_stage((kt - 1) % STAGES, kt - 1 + STAGES)
+                            mac.wait_parity(empty[(kt - 1) % STAGES], (kt - 1) // STAGES % 2)
+                            mac.load_stage((kt - 1) % STAGES, kt - 1 + STAGES)
                 T.ptx.wgmma.wait_group.sync.aligned(0)
-                # accumulator (row, 8j + 2(lane % 4) + e) -> swizzled 128 x 64 C boxes
-                for j in T.unroll(BLOCK_N // 8):
-                    for h in T.unroll(2):
-                        for e in T.unroll(2):
-                            C_s[
-                                j // 8 * BLOCK_M * STORE_COLS
-                                + (row + h * 8) * STORE_COLS
-                                + T.bitwise_xor(j % 8, lane // 4) * 8
-                                + lane % 4 * 2
-                                + e
-                            ] = T.Cast("float16", acc[j * 4 + h * 2 + e])
+                mac.store_accumulators(wg * 64 + tx % 128 // 32 * 16 + lane // 4)
                 T.ptx["fence.proxy.async.shared::cta"]()
                 T.tvm_storage_sync("shared")
                 if tx == 0:
-                    for box in range(BLOCK_N // STORE_COLS):
-                        T.ptx[TMA_STORE](
-                            C_map, bn * BLOCK_N + box * STORE_COLS, bm * BLOCK_M,
-                            T.address_of(C_s[box * BLOCK_M * STORE_COLS]),
-                        )
-                    T.ptx.cp.async_.bulk.commit_group()
-                    T.ptx.cp.async_.bulk.wait_group.read(0)
+                    mac.store_tile()
 
     return sm90_tma_wgmma_gemm
 
@@ -193,4 +225,4 @@ def launch(m: int = M, n: int = N, k: int = K) -> Sm90Launch:
     )
 
 
-__all__ = ["hand", "launch", "stripped"]
+__all__ = ["hand", "kernel_macros", "launch", "stripped"]
