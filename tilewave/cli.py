@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import runpy
 import sys
@@ -26,7 +27,8 @@ from typing import Any, TextIO
 
 import tvm
 
-from tilewave.errors import KernelSourceError, TilewaveError
+from tilewave.errors import KernelSourceError, OutputPathError, TilewaveError
+from tilewave.failures import describe_load_failure
 from tilewave.instruments import DumpIR, OverrideIR, PassTimings, instruments_from_env
 from tilewave.pipeline import BuildResult, build, device_finalize_passes, stages_for
 from tilewave.targets import TARGETS, get_target
@@ -53,11 +55,7 @@ def load_kernels(path: str | Path, func: str | None = None) -> tvm.IRModule:
     try:
         namespace = runpy.run_path(str(file), run_name="__tilewave_kernel__")
     except Exception as err:
-        raise KernelSourceError(
-            f"kernel file {str(file)!r} failed to run: {type(err).__name__}: "
-            f"{str(err).strip().splitlines()[0] if str(err).strip() else ''} "
-            "Fix the file so that `python FILE` runs."
-        ) from err
+        raise KernelSourceError(describe_load_failure(file, err)) from err
     kernels = {
         name: value
         for name, value in namespace.items()
@@ -214,9 +212,25 @@ def _cmd_lower(args: argparse.Namespace, out: TextIO) -> int:
 _SOURCE_SUFFIX = {"cuda": ".cu", "amdgcn": ".s"}
 
 
+def _writable_directory(directory: Path) -> Path:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputPathError(
+            f"tilewave build: cannot create the output directory {str(directory)!r}: "
+            f"{err.strerror}. Choose a writable --out directory."
+        ) from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputPathError(
+            f"tilewave build: the output directory {str(directory)!r} is not writable. "
+            "Choose a writable --out directory (or fix its permissions)."
+        )
+    return directory
+
+
 def _cmd_build(args: argparse.Namespace, out: TextIO) -> int:
     mod = load_kernels(args.file, args.func)
-    out_dir = Path(args.out)
+    out_dir = _writable_directory(Path(args.out))
     stem = args.func or Path(args.file).stem
     if args.backend == "asm":
         from tilewave.codegen.amdgcn import build_asm
@@ -225,9 +239,14 @@ def _cmd_build(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"wrote {asm_path}\nwrote {hsaco_path}\n")
         return 0
     result = build(mod, args.target, instruments=_instruments(args))
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{stem}{_SOURCE_SUFFIX[result.source_language]}"
-    path.write_text(result.source)
+    try:
+        path.write_text(result.source)
+    except OSError as err:
+        raise OutputPathError(
+            f"tilewave build: cannot write {str(path)!r}: {err.strerror}. Choose a writable "
+            "--out directory."
+        ) from None
     out.write(f"wrote {path}\n")
     return 0
 

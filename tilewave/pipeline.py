@@ -32,7 +32,14 @@ from tilewave.errors import (
     KernelSourceError,
     MalformedKernelError,
     PassOptionError,
+    TilewaveError,
     where,
+)
+from tilewave.failures import codegen_failure, stage_failure
+from tilewave.input_checks import (
+    check_rocm_block_size,
+    check_shared_memory_limit,
+    check_shared_sizes_constant,
 )
 from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
@@ -343,11 +350,29 @@ def _pass_context(instruments: Sequence[Any] | None) -> Iterator[None]:
         yield
 
 
+def _run_stages(
+    passes: Sequence[Any], mod: tvm.IRModule, info: TargetInfo, sequence_name: str
+) -> tvm.IRModule:
+    # One Sequential per stage, under the same name: instruments number the stages as in
+    # one Sequential, disabled_pass still applies, and a stage that raises is known.
+    for stage_pass in passes:
+        try:
+            mod = tvm.transform.Sequential([stage_pass], name=sequence_name)(mod)
+        except TilewaveError:
+            raise
+        except Exception as err:
+            raise stage_failure(err, stage_pass.info.name, mod, info) from err
+    return mod
+
+
 def _lower_in_context(mod_or_func: Any, info: TargetInfo, multi_buffer_count: int | None):
     mod = _as_module(mod_or_func)
     _check_gpu_kernels(mod)
+    check_shared_sizes_constant(mod)
     passes = default_passes(info, multi_buffer_count=multi_buffer_count)
-    return tvm.transform.Sequential(passes, name="tilewave.lower")(mod)
+    lowered = _run_stages(passes, mod, info, "tilewave.lower")
+    check_shared_memory_limit(lowered, info)
+    return lowered
 
 
 def lower(
@@ -427,6 +452,15 @@ class BuildResult:
         return "cuda" if self.target.is_cuda else "amdgcn"
 
 
+def _codegen(device_mod: tvm.IRModule, device_target: Any, info: TargetInfo) -> Any:
+    try:
+        return codegen_build(device_mod, device_target)
+    except TilewaveError:
+        raise
+    except Exception as err:
+        raise codegen_failure(err, device_mod, info) from err
+
+
 def build(
     mod_or_func: Any,
     target: Any,
@@ -448,15 +482,14 @@ def build(
     with _pass_context(instruments):
         lowered = _lower_in_context(mod_or_func, info, multi_buffer_count)
         device_mod = _device_part(lowered)
-        device_mod = tvm.transform.Sequential(device_finalize_passes(), name="tilewave.device")(
-            device_mod
-        )
+        device_mod = _run_stages(device_finalize_passes(), device_mod, info, "tilewave.device")
+    check_rocm_block_size(device_mod, info)
     device_target = _host_bound_target(info)
     if info.is_cuda:
-        runtime_mod = codegen_build(device_mod, device_target)
+        runtime_mod = _codegen(device_mod, device_target, info)
         return BuildResult(info, lowered, device_mod, runtime_mod.inspect_source())
     with offline_rocm_link():
-        runtime_mod = codegen_build(device_mod, device_target)
+        runtime_mod = _codegen(device_mod, device_target, info)
     return BuildResult(
         info,
         lowered,
