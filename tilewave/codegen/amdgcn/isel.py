@@ -38,6 +38,7 @@ from tilewave.codegen.amdgcn.kir import (
     reg_class,
 )
 from tilewave.codegen.amdgcn.known_bits import KnownBits
+from tilewave.codegen.amdgcn.scalarize import NotScalarizable, lane_of
 from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
 from tilewave.codegen.amdgcn.value_reuse import LoopFrame, LoopNest, ValueTable, pure_free_vars
 from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
@@ -141,7 +142,7 @@ class Value:
 class _Buffer:
     scope: str
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int | object, ...]  # global buffers may have symbolic dimensions
     srd: VReg | None = None  # global
     lds_offset: int = 0  # shared
     regs: list[Operand] | None = None  # local: one register (or range element) per element
@@ -152,10 +153,33 @@ class _Buffer:
 
     @property
     def numel(self) -> int:
+        """The element count of a buffer with a constant shape (LDS and local buffers)."""
         n = 1
         for d in self.shape:
+            assert isinstance(d, int), "symbolic shapes exist for global buffers only"
             n *= d
         return n
+
+
+def _short(expr: object, limit: int = 80) -> str:
+    """``expr`` as one line of TVMScript, cut to ``limit`` characters."""
+    text = " ".join(str(expr).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _dim(extent: object) -> int | object:
+    """A buffer dimension: an int when constant, else the (symbolic) expression."""
+    return int(extent.value) if isinstance(extent, tirx.IntImm) else extent
+
+
+def _vars_bound(expr: object, env: dict[object, object]) -> bool:
+    """Every variable of ``expr`` has a value in ``env``."""
+    from tilewave.ir.walker import post_order_visit
+
+    unbound = []
+    post_order_visit(expr, lambda n: unbound.append(n)
+                     if isinstance(n, ir.expr.Var) and n not in env else None)
+    return not unbound
 
 
 def _is_pow2(v: int) -> bool:
@@ -233,6 +257,19 @@ class _Selector:
             f"AMDGCN backend {where(self.name, self.stmt)}: {message}. {fix}"
         )
 
+    def unsupported(self, expr: object) -> MalformedKernelError:
+        """The error for an expression the selector has no instructions for, naming it."""
+        if isinstance(expr, ir.expr.Call):
+            op = callee_name(expr) or str(getattr(expr.op, "name", expr.op))
+            what = f"op {op} ({expr.ty}) in `{_short(expr)}`"
+        else:
+            what = f"{type(expr).__name__} ({expr.ty}) in `{_short(expr)}`"
+        return self.error(
+            f"{what} is not supported",
+            "docs/amdgcn.md lists the operations the backend selects; rewrite the expression "
+            "with those or compute it before the kernel",
+        )
+
     def vreg(self, cls: str = "v", width: int = 1, align: int = 1) -> VReg:
         return VReg(cls, width, align)  # type: ignore[arg-type]
 
@@ -295,32 +332,15 @@ class _Selector:
     # -- prologue ------------------------------------------------------------------------
     def prologue(self) -> None:
         offset = 0
+        buffer_params: list[tuple[object, int]] = []
         for param in self.func.params:
             ty = param.ty
-            if isinstance(ty, tirx.buffer.BufferType):
+            if isinstance(ty, tirx.buffer.BufferType | ir.PointerType):
                 offset = (offset + 7) // 8 * 8
-                buf = _Buffer("global", str(ty.dtype), tuple(int(d) for d in ty.shape))
-                self._check_dtype(buf.dtype, param)
-                buf.srd = VReg("s", 4, 4, name=f"srd_{param.name}")
-                self.emit(
-                    "s_load_dwordx2",
-                    [Sub(buf.srd, 0, 2)],
-                    [self.kernarg, Imm.of_int(offset)],
-                    comment=f"{param.name}: base address",
-                )
-                self.emit(
-                    "s_mov_b32",
-                    [Sub(buf.srd, 2)],
-                    [Imm.of_int(buf.numel * buf.elem_bytes)],
-                    comment="num_records (bytes)",
-                )
-                self.emit("s_mov_b32", [Sub(buf.srd, 3)], [Imm.of_int(SRD_WORD3)])
-                self.buffers[param] = buf
-                self.prog.args.append(KernelArg(param.name, offset, 8, "global_buffer"))
-                offset += 8
-            elif isinstance(ty, ir.PointerType):
-                offset = (offset + 7) // 8 * 8
-                self.pointers[param] = offset
+                if isinstance(ty, ir.PointerType):
+                    self.pointers[param] = offset
+                else:
+                    buffer_params.append((param, offset))
                 self.prog.args.append(KernelArg(param.name, offset, 8, "global_buffer"))
                 offset += 8
             else:
@@ -341,16 +361,31 @@ class _Selector:
                 self.env[param] = Value(reg, dtype)
                 self.prog.args.append(KernelArg(param.name, offset, 4, "by_value"))
                 offset += 4
+        for param, kernarg_offset in buffer_params:  # after the scalars their shapes may use
+            self.buffers[param] = self.global_buffer(param, param.ty, kernarg_offset)
 
     def global_buffer(self, var: object, ty: object, kernarg_offset: int) -> _Buffer:
-        """A global buffer with its SRD built from the pointer at ``kernarg_offset``."""
-        buf = _Buffer("global", str(ty.dtype), tuple(int(d) for d in ty.shape))
+        """A global buffer with its SRD built from the pointer at ``kernarg_offset``.
+
+        ``num_records`` is the buffer's size in bytes: a constant, or computed on the SALU
+        when the shape uses scalar kernel arguments (``T.Buffer((n,))``).
+        """
+        buf = _Buffer("global", str(ty.dtype), tuple(_dim(d) for d in ty.shape))
         self._check_dtype(buf.dtype, var.name)
+        size: object = tirx.IntImm("int32", buf.elem_bytes)
+        for dim in buf.shape:
+            size = size * (tirx.IntImm("int32", dim) if isinstance(dim, int) else dim)
+        if not self.expr_is_uniform(size) or not _vars_bound(size, self.env):
+            raise self.error(
+                f"buffer '{var.name}' has shape {list(ty.shape)}, which uses a variable that "
+                "is not a scalar kernel argument",
+                "Make every symbolic dimension an int32 parameter of the PrimFunc.",
+            )
         buf.srd = VReg("s", 4, 4, name=f"srd_{var.name}")
         self.emit("s_load_dwordx2", [Sub(buf.srd, 0, 2)],
                   [self.kernarg, Imm.of_int(kernarg_offset)], comment=f"{var.name}: base address")
-        self.emit("s_mov_b32", [Sub(buf.srd, 2)], [Imm.of_int(buf.numel * buf.elem_bytes)],
-                  comment="num_records (bytes)")
+        records = self.expr(size).op
+        self.emit("s_mov_b32", [Sub(buf.srd, 2)], [records], comment="num_records (bytes)")
         self.emit("s_mov_b32", [Sub(buf.srd, 3)], [Imm.of_int(SRD_WORD3)])
         return buf
 
@@ -362,11 +397,22 @@ class _Selector:
             )
 
     def scan_launch(self) -> None:
-        tags: dict[str, int] = {}
+        tags: dict[str, int | None] = {}
+
+        def record(tag: str, extent: object, node: object) -> None:
+            value = _const(extent)
+            if value is None and tag.startswith("threadIdx"):
+                self.stmt = node
+                raise self.error(
+                    f"{tag} has the symbolic extent {extent}",
+                    "The workgroup size is fixed in the code object: bind threadIdx to a "
+                    "constant extent (a symbolic blockIdx extent is fine).",
+                )
+            tags[tag] = value
 
         def visit(node: object) -> None:
             if isinstance(node, tirx.For) and node.thread_binding is not None:
-                tags[str(node.thread_binding.thread_tag)] = int(node.extent)
+                record(str(node.thread_binding.thread_tag), node.extent, node)
             if isinstance(node, tirx.BufferStore | ir.expr.TensorLoad):
                 buf = node.buffer if isinstance(node, tirx.BufferStore) else node.source
                 if str(buf.ty.storage_scope) == "local" and any(
@@ -374,7 +420,7 @@ class _Selector:
                 ):
                     self.vector_locals.add(buf)
             if isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
-                tags[str(node.node.thread_tag)] = int(node.value)
+                record(str(node.node.thread_tag), node.value, node)
 
         from tilewave.ir.walker import post_order_visit
 
@@ -385,7 +431,7 @@ class _Selector:
                 self.wg_ids[axis] = VReg("s", fixed=sgpr, name=f"wg_id_{axis}")
                 sgpr += 1
         for i, axis in enumerate("xyz"):
-            self.workgroup[i] = tags.get(f"threadIdx.{axis}", 1)
+            self.workgroup[i] = tags.get(f"threadIdx.{axis}") or 1
         dims = max((i for i, axis in enumerate("xyz") if f"threadIdx.{axis}" in tags), default=0)
         self.prog.workgroup_ids = tuple(a in self.wg_ids for a in "xyz")  # type: ignore[assignment]
         self.prog.workgroup_size = tuple(self.workgroup)  # type: ignore[assignment]
@@ -399,10 +445,11 @@ class _Selector:
                 f"{self.info.name} allows at most {self.info.max_threads_per_block}.",
             )
 
-    def bind_thread(self, var: object, tag: str, extent: int) -> None:
+    def bind_thread(self, var: object, tag: str, extent: object) -> None:
         if var in self.env:
             return  # a second launch_thread of the same axis
-        self.bits.bind(var, 0, extent - 1)
+        count = _const(extent)  # None: a grid size known only at launch
+        self.bits.bind(var, 0, None if count is None else count - 1)
         kind, axis = tag.split(".")
         if kind == "blockIdx":
             self.env[var] = Value(self.wg_ids[axis], "int32")
@@ -439,7 +486,7 @@ class _Selector:
 
     def s_AttrStmt(self, node: tirx.AttrStmt) -> None:
         if str(node.attr_key) == "thread_extent":
-            self.bind_thread(node.node.var, str(node.node.thread_tag), int(node.value))
+            self.bind_thread(node.node.var, str(node.node.thread_tag), node.value)
         self.stmt_(node.body)
 
     def s_DeclBuffer(self, node: object) -> None:
@@ -473,6 +520,11 @@ class _Selector:
         ty = var.ty
         dtype = str(ty.dtype)
         self._check_dtype(dtype, var.name)
+        if not all(isinstance(d, tirx.IntImm) for d in ty.shape):
+            raise self.error(
+                f"{ty.storage_scope} buffer '{var.name}' has the symbolic shape {list(ty.shape)}",
+                "Give LDS and local buffers a constant shape (a maximum tile size).",
+            )
         buf = _Buffer(str(ty.storage_scope), dtype, tuple(int(d) for d in ty.shape))
         if buf.scope.startswith("shared"):
             buf.lds_offset = (self.prog.lds_bytes + 15) // 16 * 16
@@ -505,7 +557,7 @@ class _Selector:
 
     def s_For(self, node: tirx.For) -> None:
         if node.thread_binding is not None:
-            self.bind_thread(node.loop_var, str(node.thread_binding.thread_tag), int(node.extent))
+            self.bind_thread(node.loop_var, str(node.thread_binding.thread_tag), node.extent)
             self.stmt_(node.body)
             return
         kind = int(node.kind)
@@ -711,7 +763,12 @@ class _Selector:
                              "Vectorize the innermost, contiguous dimension only.")
         width = int(ramp.lanes)
         lane = tirx.Var("vec_lane", "int32")
-        value = _scalarize(node.value, lane)
+        try:
+            value = lane_of(node.value, lane)
+        except NotScalarizable as err:
+            raise self.error(f"a vector store of {err.kind}",
+                             "Vectorize elementwise arithmetic, casts and loads only; keep "
+                             "this part in a scalar loop.") from None
         store = tirx.BufferStore(node.buffer, value, [ramp.base + lane])
         loop = tirx.For(lane, tirx.IntImm("int32", 0), tirx.IntImm("int32", width),
                         tirx.ForKind.VECTORIZED, store)
@@ -866,10 +923,7 @@ class _Selector:
             return self.llvm_intrin(expr, hint)
         plan = self.plan(expr)
         if plan is None:
-            raise self.error(
-                f"expression kind {type(expr).__name__} is not supported",
-                "Rewrite it with +, -, *, //, %, min, max, casts or loads.",
-            )
+            raise self.unsupported(expr)
         kind, children, dtype = plan
         free = pure_free_vars(expr) if hint is None and self.lane is None else None
         if free is None:
@@ -1138,7 +1192,7 @@ class _Selector:
             )
         flat: object = indices[0]
         for dim, idx in zip(buf.shape[1:], indices[1:], strict=True):
-            flat = flat * tirx.IntImm("int32", dim) + idx
+            flat = flat * (tirx.IntImm("int32", dim) if isinstance(dim, int) else dim) + idx
         return flat
 
     def local_slot(self, buf: _Buffer, indices: object) -> Operand | None:
@@ -1372,24 +1426,6 @@ def _intrin_name_of(expr: object) -> str:
     ):
         return callee_name(expr)
     return ""
-
-
-def _scalarize(expr: object, lane: object) -> object:
-    """Lane ``lane`` of a vector expression: ramps become ``base + lane``, broadcasts their
-    value, vector loads scalar loads."""
-    from tilewave.ir.walker import TIRMutator
-
-    class _Lane(TIRMutator):
-        def visit_Ramp(self, node: tirx.Ramp) -> object:
-            return self.visit(node.base) + lane * self.visit(node.stride)
-
-        def visit_Broadcast(self, node: tirx.Broadcast) -> object:
-            return self.visit(node.value)
-
-        def visit_TensorLoad(self, node: object) -> object:
-            return tirx.BufferLoad(node.source, [self.visit(i) for i in node.indices])
-
-    return _Lane().visit(expr)
 
 
 def _decode_waitcnt(simm16: int) -> str:

@@ -46,11 +46,11 @@ class KnownBits:
     """Ranges of variables, and :meth:`facts` for expressions over them."""
 
     def __init__(self) -> None:
-        self.ranges: dict[object, tuple[int, int]] = {}
+        self.ranges: dict[object, tuple[int, int | None]] = {}
         self.lets: dict[object, object] = {}
 
-    def bind(self, var: ir.expr.Var, lo: int, hi: int) -> None:
-        """Record ``lo <= var <= hi``."""
+    def bind(self, var: ir.expr.Var, lo: int, hi: int | None) -> None:
+        """Record ``lo <= var <= hi`` (``hi`` None: no upper bound)."""
         self.ranges[var] = (lo, hi)
 
     def let(self, var: ir.expr.Var, value: object) -> None:
@@ -75,8 +75,9 @@ class KnownBits:
                 neg_lo = None if fb.lo is None else -fb.lo
                 return Facts(_add(fa.lo, neg_hi), _add(fa.hi, neg_lo), min(fa.tz, fb.tz))
             tz = min(fa.tz + fb.tz, _MAX_TZ)
-            if fa.non_negative and fb.non_negative and fa.hi is not None and fb.hi is not None:
-                return Facts(fa.lo * fb.lo, fa.hi * fb.hi, tz)
+            if fa.non_negative and fb.non_negative:
+                hi = None if fa.hi is None or fb.hi is None else fa.hi * fb.hi
+                return Facts(fa.lo * fb.lo, hi, tz)
             return Facts(None, None, tz)
         if isinstance(expr, tirx.FloorMod):
             fb = self.facts(expr.b)
