@@ -48,6 +48,10 @@ class TargetInfo:
         vmem_wait_counter: how a wave waits for its outstanding vector-memory loads (AMD):
             ``"vmcnt"`` (gfx9 ``s_waitcnt vmcnt(n)``) or ``"loadcnt"`` (gfx12
             ``s_wait_loadcnt n``); ``None`` for NVIDIA.
+        lds_wait_counter: how a wave waits for its outstanding LDS operations (AMD):
+            ``"lgkmcnt"`` (gfx9 ``s_waitcnt lgkmcnt(n)``, shared with scalar loads) or
+            ``"dscnt"`` (gfx12 ``s_wait_dscnt n``); ``None`` for NVIDIA. A barrier on
+            gfx90a+ and gfx12 does not wait for it (see docs/amd_barriers.md).
         lds_dma_max_bytes: widest per-lane ``buffer_load ... lds`` (global -> LDS without
             VGPRs) the ISA has: 4 on gfx942 (dword), 16 on gfx950 (dwordx4); 0 if none.
     """
@@ -67,6 +71,7 @@ class TargetInfo:
     vgpr_granule: int = 0
     sgpr_granule: int = 0
     vmem_wait_counter: Literal["vmcnt", "loadcnt"] | None = None
+    lds_wait_counter: Literal["lgkmcnt", "dscnt"] | None = None
     asm_isa: Literal["cdna3"] | None = None
     sgpr_reserved: int = 0
     lds_dma_max_bytes: int = 0
@@ -123,6 +128,7 @@ _GFX942 = TargetInfo(
     vgpr_granule=8,
     sgpr_granule=8,
     vmem_wait_counter="vmcnt",
+    lds_wait_counter="lgkmcnt",
     asm_isa="cdna3",
     sgpr_reserved=6,  # VCC, FLAT_SCRATCH, XNACK_MASK: the assembler counts them on top
     lds_dma_max_bytes=4,
@@ -150,6 +156,7 @@ _GFX1200 = TargetInfo(
     vgpr_granule=8,
     sgpr_granule=8,
     vmem_wait_counter="loadcnt",
+    lds_wait_counter="dscnt",
 )
 _GFX1201 = replace(_GFX1200, name="gfx1201")
 

@@ -48,6 +48,8 @@ def basic_ops_gfx942(A: T.Buffer((64,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "float32", scope="shared")
         S[tx] = A[tx]
+        # the barrier waits for nothing itself: lgkmcnt(0) first (vmcnt 0xC00F, expcnt 0x70)
+        T.call_llvm_intrin("void", "llvm.amdgcn.s.waitcnt", T.int32(49279))
         T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier")
         # vmcnt(2): lgkmcnt 0xF << 8 | expcnt 0x7 << 4 | 2 = 3954
         T.call_llvm_intrin("void", "llvm.amdgcn.s.waitcnt", T.int32(3954))
@@ -60,6 +62,7 @@ def basic_ops_gfx1200(A: T.Buffer((64,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "float32", scope="shared")
         S[tx] = A[tx]
+        T.call_llvm_intrin("void", "llvm.amdgcn.s.wait.dscnt", T.int16(0))
         T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier")
         T.call_llvm_intrin("void", "llvm.amdgcn.s.wait.loadcnt", T.int16(2))
         A[tx] = S[63 - tx]
@@ -82,6 +85,7 @@ def split_barrier_gfx1200(A: T.Buffer((64,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "float32", scope="shared")
         S[tx] = A[tx]
+        T.call_llvm_intrin("void", "llvm.amdgcn.s.wait.dscnt", T.int16(0))
         T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier.signal", T.int32(-1))
         T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier.wait", T.int16(-1))
         A[tx] = S[63 - tx]
@@ -339,6 +343,7 @@ def test_gfx12_workgroup_barrier_id_minus_one_is_accepted():
     tvm.ir.assert_structural_equal(
         out.body,
         tvm.tirx.SeqStmt(
-            [split_barrier_gfx1200.body.body.seq[2], split_barrier_gfx1200.body.body.seq[3]]
+            # no LDS access before the signal: no s_wait_dscnt (seq[2]) in front of it
+            [split_barrier_gfx1200.body.body.seq[3], split_barrier_gfx1200.body.body.seq[4]]
         ),
     )

@@ -3,14 +3,19 @@
 tilewave's passes speak in target-neutral ops (``T.tilewave.lds_barrier()``...). This pass,
 run last among tilewave's stages, replaces each with the call the target's codegen turns into
 the instruction, using the per-target tables in :mod:`tilewave.codegen.cuda` and
-:mod:`tilewave.codegen.rocm`. On CUDA it first runs the installed split-barrier rewrite (see
+:mod:`tilewave.codegen.rocm`. On AMD targets it first puts the LDS / LDS-DMA counter wait
+before every barrier that needs one, tilewave's and hand-placed ones alike
+(:mod:`tilewave.codegen.amd_barrier_waits`): an AMD barrier does not wait for them. On CUDA
+it first runs the installed split-barrier rewrite (see
 :func:`tilewave.codegen.cuda.install_split_barrier_lowering`), since an mbarrier needs
 allocation and phase state that a per-op table cannot provide.
 
 Example::
 
     seq = tvm.transform.Sequential([..., LowerTilewaveOps("gfx942")])
-    # T.tilewave.lds_barrier()  ->  T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier")
+    # S[tx] = ...; T.tilewave.lds_barrier()  ->  S[tx] = ...;
+    #   T.call_llvm_intrin("void", "llvm.amdgcn.s.waitcnt", 49279)   # lgkmcnt(0)
+    #   T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier")
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import tvm
 from tvm import ir, tirx
 
 from tilewave.codegen import cuda, rocm
+from tilewave.codegen.amd_barrier_waits import insert_amd_barrier_waits
 from tilewave.codegen.common import OpLowering
 from tilewave.codegen.cuda_split_barrier import lower_cuda_split_barriers
 from tilewave.ir.walker import TIRMutator
@@ -75,6 +81,8 @@ def lower_tilewave_ops(
             gfx942, on CUDA without the mbarrier rewrite; ``fence_proxy_async`` without the
             async proxy).
         MalformedKernelError: a wait count or barrier id that is not an integer constant.
+        TargetFeatureError: (AMD) a hand-placed barrier whose ordering tilewave cannot tell
+            (``tvm_storage_sync("global")``, ``llvm.amdgcn.s.barrier.init``...).
     """
     info = get_target(target)
     name = func_name or _func_name(func, "<anonymous>")
@@ -82,6 +90,9 @@ def lower_tilewave_ops(
         split_lowering = cuda.cuda_split_barrier_lowering()
         if split_lowering is not None:
             func = split_lowering(func, info)
+    else:
+        # an AMD barrier orders only completed LDS traffic: wait for the counters first
+        func = insert_amd_barrier_waits(func, info, name)
     body = _OpRewriter(lowering_table(info), info, name).visit(func.body)
     if body.same_as(func.body):
         return func

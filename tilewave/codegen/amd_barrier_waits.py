@@ -1,0 +1,279 @@
+"""Counter waits before AMD barriers: a barrier orders only the LDS traffic that has landed.
+
+On gfx90a and later (back-off barriers) and on gfx12, ``s_barrier`` / ``s_barrier_signal``
+do not wait for the wave's outstanding memory operations. A ``ds_write`` still in flight
+when the wave signals can land after another wave has passed the barrier and read the old
+value; a ``ds_read`` still in flight can see a value another wave writes after the
+barrier. The wave must first wait for its LDS counter (``s_waitcnt lgkmcnt(0)`` on gfx9,
+``s_wait_dscnt 0`` on gfx12) and, for an LDS DMA (``buffer_load ... lds``: global -> LDS
+without VGPRs, counted on the vector-memory counter) that no ``wait_async_ops`` has waited
+for, for that counter too (``vmcnt(0)`` / ``s_wait_loadcnt 0``).
+
+:func:`insert_amd_barrier_waits` walks a kernel in program order with a small state per
+program point (may an LDS operation be outstanding? an LDS DMA not yet waited for?) and puts
+the target's wait intrinsic right before every barrier that releases LDS (tilewave's
+``lds_barrier`` and ``barrier_signal``, ``tvm_storage_sync("shared")``, hand-written
+``llvm.amdgcn.s.barrier`` / ``s.barrier.signal``) where something may be outstanding, and
+nowhere else. A wait is left out where the counter is known to be zero:
+
+* nothing touched LDS since the kernel started or since the previous barrier's wait (or an
+  explicit wait the kernel already has);
+* every LDS access since then is a read whose value a *global* store in the same statement
+  needs (``B[i] = S[j]``): LLVM (and tilewave's assembly backend) must wait for each such
+  read before the store issues, and the store cannot move past the barrier, so the counter
+  is already drained.
+
+Loops are iterated to a fixed point (the state at the loop head joins the entry state and
+the state at the end of the body), ``if`` joins its branches.
+
+Explicit intrinsics, not fences: TVM's LLVM codegen has no TIR form of an LLVM ``fence``;
+and on gfx12 a workgroup release fence also drains ``storecnt`` and adds ``global_inv`` the
+LDS barrier does not need (see docs/amd_barriers.md for the assembly of both).
+
+Example::
+
+    func = insert_amd_barrier_waits(func, "gfx942")
+    # S[tx] = A[tx]; T.tilewave.lds_barrier()  ->
+    # S[tx] = A[tx]; T.call_llvm_intrin("void", "llvm.amdgcn.s.waitcnt", 49279);
+    # T.tilewave.lds_barrier()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_access import (
+    AccessKind,
+    SyncKind,
+    is_leaf_statement,
+    statement_accesses,
+    sync_action,
+)
+from tilewave.codegen.rocm import lds_counter_wait, vmem_counter_wait, wait_drains
+from tilewave.errors import TargetFeatureError, TilewaveError, where
+from tilewave.ir.intrinsics import callee_name
+from tilewave.targets import TargetInfo, get_target
+
+__all__ = ["CounterState", "insert_amd_barrier_waits", "releases_lds"]
+
+PASS_NAME = "LowerTilewaveOps"
+
+#: barriers whose arrival publishes this wave's LDS writes to the other waves
+_RELEASING = frozenset({
+    "tilewave.lds_barrier",
+    "tilewave.barrier_signal",
+    "llvm.amdgcn.s.barrier",
+    "llvm.amdgcn.s.barrier.signal",
+    "llvm.amdgcn.s.barrier.signal.isfirst",
+    "llvm.amdgcn.s.barrier.signal.var",
+})
+#: barrier halves that only wait: the signal before them carried the release
+_WAIT_ONLY = frozenset({"tilewave.barrier_wait", "llvm.amdgcn.s.barrier.wait"})
+
+
+@dataclass(frozen=True)
+class CounterState:
+    """What may be outstanding in the wave at one program point.
+
+    Attributes:
+        lds: an LDS operation (``ds_*``) may not have completed.
+        dma: an LDS DMA may not have completed and no explicit wait has bounded it since
+            it was issued (a ``wait_async_ops(n)`` with n > 0 keeps copies in flight on
+            purpose: software pipelining).
+    """
+
+    lds: bool = False
+    dma: bool = False
+
+    def join(self, other: CounterState) -> CounterState:
+        """The state after either of two paths."""
+        return CounterState(self.lds or other.lds, self.dma or other.dma)
+
+
+def _call_of(stmt: Any) -> ir.expr.Call | None:
+    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, ir.expr.Call):
+        return stmt.value
+    return None
+
+
+def releases_lds(stmt: Any, func_name: str) -> bool:
+    """True for a barrier statement that other waves pass only after this wave arrives.
+
+    Raises:
+        TargetFeatureError: a ``tvm_storage_sync`` scope other than shared/warp, or an
+            ``llvm.amdgcn.s.barrier.*`` intrinsic whose ordering tilewave cannot tell.
+    """
+    call = _call_of(stmt)
+    if call is None:
+        return False
+    name = callee_name(call)
+    if name == "tirx.tvm_storage_sync":
+        scope = str(call.args[0].value) if isinstance(call.args[0], ir.expr.StringImm) else ""
+        if scope == "warp":
+            return False  # a wave runs in lockstep: no barrier instruction at all
+        if scope.startswith("shared"):
+            return True
+        raise TargetFeatureError(
+            f"{PASS_NAME}: tvm_storage_sync('{scope}') {where(func_name, stmt)}: AMD targets "
+            "have no barrier for that scope, so tilewave cannot tell what it orders. Use "
+            "tvm_storage_sync('shared') (or T.tilewave.lds_barrier()) for workgroup LDS."
+        )
+    if name in _RELEASING:
+        return True
+    if name.startswith("llvm.amdgcn.s.barrier") and name not in _WAIT_ONLY:
+        raise TargetFeatureError(
+            f"{PASS_NAME}: {name} {where(func_name, stmt)} is a barrier tilewave does not "
+            "model (named-barrier setup or membership), so it cannot tell which LDS accesses "
+            "it orders. Use T.tilewave.lds_barrier() or the split pair "
+            "T.tilewave.barrier_signal(-1) / barrier_wait(-1)."
+        )
+    return False
+
+
+def _is_global(buffer: Any) -> bool:
+    return str(buffer.scope()) in ("global", "")
+
+
+class _WaitPlacer:
+    def __init__(self, target: TargetInfo, func_name: str) -> None:
+        self.target = target
+        self.func_name = func_name
+
+    def leaf(self, stmt: Any, state: CounterState) -> tuple[list[Any], CounterState]:
+        """The statements replacing ``stmt`` (waits first) and the state after it."""
+        drains = wait_drains(stmt, self.target)
+        if drains is not None:
+            lds_drained, vm_drained = drains
+            return [stmt], CounterState(state.lds and not lds_drained,
+                                        state.dma and not vm_drained)
+        if releases_lds(stmt, self.func_name):
+            waits = []
+            if state.dma:
+                waits.append(tirx.Evaluate(vmem_counter_wait(self.target)))
+            if state.lds:
+                waits.append(tirx.Evaluate(lds_counter_wait(self.target)))
+            return [*waits, stmt], CounterState()
+        action = sync_action(stmt)
+        if action is not None and action.kind is SyncKind.ASYNC_WAIT:
+            # wait_async_ops(n): the copies it leaves in flight are meant to stay in flight
+            return [stmt], CounterState(state.lds, False)
+        return [stmt], self.after_accesses(stmt, state)
+
+    def after_accesses(self, stmt: Any, state: CounterState) -> CounterState:
+        accesses = statement_accesses(stmt, func_name=self.func_name)
+        if not accesses:
+            return state
+        dma = state.dma or any(a.kind is AccessKind.ASYNC_WRITE for a in accesses)
+        lds_ops = [a for a in accesses if a.kind is not AccessKind.ASYNC_WRITE]
+        consumed = (
+            isinstance(stmt, tirx.BufferStore)
+            and _is_global(stmt.buffer)
+            and all(a.kind is AccessKind.READ for a in lds_ops)
+        )
+        return CounterState(state.lds or (bool(lds_ops) and not consumed), dma)
+
+    def expr_reads(self, exprs: list[Any], state: CounterState) -> CounterState:
+        """A condition or bound that reads LDS leaves the read (conservatively) in flight."""
+        for expr in exprs:
+            if expr is not None and statement_accesses(tirx.Evaluate(expr)):
+                return CounterState(True, state.dma)
+        return state
+
+    # -- compound statements -------------------------------------------------------------
+    def visit(self, stmt: Any, state: CounterState) -> tuple[Any, CounterState]:
+        if isinstance(stmt, tirx.SeqStmt):
+            out: list[Any] = []
+            for item in stmt.seq:
+                new, state = self.visit(item, state)
+                out.extend(new.seq if isinstance(new, tirx.SeqStmt) else [new])
+            return _seq(out, stmt), state
+        if isinstance(stmt, tirx.IfThenElse):
+            state = self.expr_reads([stmt.condition], state)
+            then_case, then_state = self.visit(stmt.then_case, state)
+            else_case, else_state = (
+                self.visit(stmt.else_case, state) if stmt.else_case is not None
+                else (None, state)
+            )
+            changed = not then_case.same_as(stmt.then_case) or (
+                else_case is not None and not else_case.same_as(stmt.else_case)
+            )
+            new = tirx.IfThenElse(stmt.condition, then_case, else_case, stmt.span) \
+                if changed else stmt
+            return new, then_state.join(else_state)
+        if isinstance(stmt, (tirx.For, tirx.While)):
+            return self.loop(stmt, state)
+        if is_leaf_statement(stmt):
+            items, state = self.leaf(stmt, state)
+            return _seq(items, None) if len(items) > 1 else items[0], state
+        body = getattr(stmt, "body", None)
+        if isinstance(body, tirx.Stmt):
+            new_body, state = self.visit(body, state)
+            if new_body.same_as(body):
+                return stmt, state
+            return _with_body(stmt, new_body), state
+        return stmt, state
+
+    def loop(self, stmt: Any, state: CounterState) -> tuple[Any, CounterState]:
+        bounds = [stmt.condition] if isinstance(stmt, tirx.While) else [stmt.min, stmt.extent]
+        entry = self.expr_reads(bounds, state)
+        head = entry
+        for _ in range(4):  # two booleans: the join is stable after at most three rounds
+            body, end = self.visit(stmt.body, head)
+            joined = head.join(self.expr_reads(bounds, end))
+            if joined == head:
+                new = stmt if body.same_as(stmt.body) else _with_body(stmt, body)
+                # the loop may run zero times: its exit state includes the entry state
+                return new, joined
+            head = joined
+        raise TilewaveError(  # pragma: no cover (the lattice has four elements)
+            f"{PASS_NAME}: counter-state iteration did not converge {where(self.func_name, stmt)}"
+        )
+
+
+def _with_body(stmt: Any, body: Any) -> Any:
+    from tilewave.ir.walker import rebuild
+
+    return rebuild(stmt, {"body": body})
+
+
+def _seq(items: list[Any], original: Any) -> Any:
+    if original is not None and len(items) == len(original.seq) and all(
+        a.same_as(b) for a, b in zip(items, original.seq, strict=True)
+    ):
+        return original
+    return items[0] if len(items) == 1 else tirx.SeqStmt(items)
+
+
+def insert_amd_barrier_waits(
+    func: tirx.PrimFunc, target: Any, func_name: str | None = None
+) -> tirx.PrimFunc:
+    """Return ``func`` with an LDS (and, after an unwaited LDS DMA, vector-memory) counter
+    wait before every AMD barrier that needs one.
+
+    Args:
+        func: a kernel with tilewave's barrier ops or hand-placed barriers (before
+            ``LowerTilewaveOps`` rewrites tilewave's ops, or after: both forms are read).
+        target: an AMD target (anything :func:`tilewave.get_target` accepts).
+        func_name: the name used in error messages (default: the ``global_symbol``).
+
+    Raises:
+        TargetFeatureError: ``target`` is not an AMD target; a barrier whose ordering
+            tilewave cannot tell (see :func:`releases_lds`).
+    """
+    info = get_target(target)
+    name = func_name or _symbol(func)
+    if not info.is_rocm:
+        raise TargetFeatureError(
+            f"{PASS_NAME}: AMD barrier waits asked for {info.name} in function '{name}'; "
+            "they exist only for AMD targets (gfx942, gfx950, gfx1200, gfx1201)."
+        )
+    body, _ = _WaitPlacer(info, name).visit(func.body, CounterState())
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
+def _symbol(func: tirx.PrimFunc) -> str:
+    symbol = func.attrs.get("global_symbol") if func.attrs is not None else None
+    return str(symbol) if symbol is not None else "<anonymous>"
