@@ -135,6 +135,7 @@ def async_after(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")
         T.ptx.cp.async_.ca.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
+        T.tilewave.commit_async_ops()  # closes the copy's group: wait_group retires it
         T.tilewave.wait_async_ops(0)
         T.tilewave.lds_barrier()
         B[tx] = S[tx * 4]
@@ -158,6 +159,7 @@ def async_barrier_upgraded(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "f
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")
         T.ptx.cp.async_.ca.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
+        T.tilewave.commit_async_ops()  # closes the copy's group: wait_group retires it
         T.tilewave.lds_barrier()
         T.tilewave.wait_async_ops(0)
         T.tilewave.lds_barrier()
@@ -379,6 +381,7 @@ def split_async_after(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "float3
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")
         T.ptx.cp.async_.ca.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
+        T.tilewave.commit_async_ops()  # closes the copy's group: wait_group retires it
         B[tx] = B[tx] + T.float32(1)
         T.tilewave.wait_async_ops(0)
         T.tilewave.barrier_signal(-1)

@@ -37,6 +37,7 @@ def single_after(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 32), "float32
             T.ptx.cp.async_.cg.shared.global_(
                 T.address_of(S[tx * 4]), T.address_of(A[k, tx * 4]), 16
             )
+            T.tilewave.commit_async_ops()
             T.tilewave.wait_async_ops(0)
             T.tilewave.lds_barrier()  # RAW
             B[k, tx] = S[127 - tx]
@@ -62,6 +63,7 @@ def double_after(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 32), "float32
             T.ptx.cp.async_.cg.shared.global_(
                 T.address_of(S[k & 1, tx * 4]), T.address_of(A[k, tx * 4]), 16
             )
+            T.tilewave.commit_async_ops()
             T.tilewave.wait_async_ops(0)
             T.tilewave.lds_barrier()  # RAW; also orders iteration k-2's reads of this copy
             B[k, tx] = S[k & 1, 127 - tx]

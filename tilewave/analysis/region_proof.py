@@ -148,6 +148,7 @@ def _prove_one(
     thread_extents: Mapping[Any, int],
     distances: Mapping[Any, int],
     same_thread_ordered: bool,
+    positions: Mapping[Any, int],
 ) -> bool:
     an = Analyzer()
     if an.is_z3_enabled:
@@ -177,6 +178,11 @@ def _prove_one(
         if dist == 1 and loop.step is not None:
             rename[loop.var] = loop.var + loop.step
             constraints += _loop_constraints(loop, loop.var + loop.step, rename)
+            continue
+        pos = positions.get(loop.loop, FAR) if loop.loop is not None else FAR
+        if pos < FAR and loop.step is not None and loop.bounds is not None:
+            # b runs in iteration `pos` of a loop entered after a: its variable is known
+            rename[loop.var] = loop.bounds[0] + pos * loop.step
             continue
         fresh = _fresh(loop.var)
         rename[loop.var] = fresh
@@ -230,6 +236,7 @@ def prove_no_overlap(
     thread_extents: Mapping[Any, int],
     iterations: Mapping[Any, frozenset[int]] | None,
     same_thread_ordered: bool,
+    positions: Mapping[Any, int] | None = None,
 ) -> bool:
     """True when it is proven that ``a`` and the later ``b``, made by two different threads,
     touch no common element.
@@ -242,6 +249,8 @@ def prove_no_overlap(
             :data:`FAR` (any); a loop not listed is :data:`FAR`.
         same_thread_ordered: accesses of one thread are ordered (not true of async copies),
             so only pairs of distinct threads count.
+        positions: loops around ``b`` only, entered after ``a``: completed iterations
+            before ``b``'s (``b``'s loop variable is then ``min + position * step``).
     """
     if a.resolved_indices is None or b.resolved_indices is None:
         return False
@@ -254,6 +263,6 @@ def prove_no_overlap(
     ]
     for combo in itertools.product(*options):
         distances = {la.loop: d for (la, _), d in zip(common, combo, strict=True) if d != FAR}
-        if not _prove_one(a, b, thread_extents, distances, same_thread_ordered):
+        if not _prove_one(a, b, thread_extents, distances, same_thread_ordered, positions or {}):
             return False
     return True

@@ -165,6 +165,10 @@ class SharedAccess:
     loops: tuple[LoopRange, ...] = field(default=())
     #: the access's scope: path conditions and ``Bind`` values (``loops`` repeats its loops)
     scope: AccessScope = field(default_factory=lambda: AccessScope(), repr=False)
+    #: an async copy that completes through commit/wait groups (``cp.async``): it joins the
+    #: thread's open group, ``commit_group`` closes that group, and ``wait_group N`` retires
+    #: every committed group but the newest ``N``
+    async_group: bool = False
 
     @functools.cached_property
     def resolved_indices(self) -> tuple[Any, ...] | None:
@@ -207,6 +211,7 @@ class SyncKind(enum.Enum):
     WAIT = "wait"  # split barrier: wait for all arrivals
     ASYNC_WAIT = "async_wait"  # wait for this thread's outstanding async copies
     ASYNC_WAIT_BARRIER = "async_wait_barrier"  # both (an mbarrier phase wait on a TMA)
+    ASYNC_COMMIT = "async_commit"  # close the thread's open group of async copies
 
 
 @dataclass(frozen=True)
@@ -215,13 +220,26 @@ class SyncAction:
 
     kind: SyncKind
     arg: int = 0
+    #: for ASYNC_WAIT: the wait is a cp.async group wait (``wait_group arg`` retires all but
+    #: the newest ``arg`` committed groups; copies not yet committed are not retired)
+    groups: bool = False
+    #: for ASYNC_WAIT: the open group is committed first (``cp.async.wait_all``)
+    commits: bool = False
 
     @property
     def completes_async(self) -> bool:
-        """True when every outstanding async copy of the thread has landed afterwards."""
+        """True when every outstanding async copy of the thread has landed afterwards
+        (for group copies: every *committed* one, see :meth:`retires_group`)."""
         return (self.kind is SyncKind.ASYNC_WAIT and self.arg == 0) or (
             self.kind is SyncKind.ASYNC_WAIT_BARRIER
         )
+
+    def retires_group(self, newer: int) -> bool:
+        """Whether this action retires a committed cp.async group that has ``newer``
+        committed groups after it (``wait_group N`` retires those with ``newer >= N``)."""
+        if self.kind is SyncKind.ASYNC_WAIT_BARRIER:
+            return False  # an mbarrier phase says nothing about cp.async groups
+        return self.kind is SyncKind.ASYNC_WAIT and newer >= self.arg
 
     @property
     def is_full_barrier(self) -> bool:
@@ -235,6 +253,9 @@ _ARRIVE_ONLY_PREFIXES = (
     "tirx.ptx.mbarrier_arrive",
 )
 _NO_WAIT_COUNT = 1 << 30  # a wait whose count we cannot read: never "all copies done"
+_COMMIT_OPS = frozenset({"tilewave.commit_async_ops", "tirx.ptx.cp_async_commit_group"})
+#: async copies that complete through cp.async commit/wait groups
+_GROUP_COPY_PREFIXES = ("tirx.ptx.cp_async_ca", "tirx.ptx.cp_async_cg", "tirx.s_tir.cp_async_raw")
 
 
 def _int_arg(call: ir.expr.Call, index: int, default: int) -> int:
@@ -258,12 +279,12 @@ def sync_action(stmt: Any) -> SyncAction | None:
         return SyncAction(SyncKind.SIGNAL, _int_arg(call, 0, -1))
     if name == "tilewave.barrier_wait":
         return SyncAction(SyncKind.WAIT, _int_arg(call, 0, -1))
-    if name == "tilewave.wait_async_ops":
-        return SyncAction(SyncKind.ASYNC_WAIT, _int_arg(call, 0, _NO_WAIT_COUNT))
-    if name == "tirx.ptx.cp_async_wait_group":
-        return SyncAction(SyncKind.ASYNC_WAIT, _int_arg(call, 0, _NO_WAIT_COUNT))
-    if name in ("tirx.ptx.cp_async_wait_all",):
-        return SyncAction(SyncKind.ASYNC_WAIT, 0)
+    if name in ("tilewave.wait_async_ops", "tirx.ptx.cp_async_wait_group"):
+        return SyncAction(SyncKind.ASYNC_WAIT, _int_arg(call, 0, _NO_WAIT_COUNT), groups=True)
+    if name == "tirx.ptx.cp_async_wait_all":
+        return SyncAction(SyncKind.ASYNC_WAIT, 0, groups=True, commits=True)
+    if name in _COMMIT_OPS:
+        return SyncAction(SyncKind.ASYNC_COMMIT)
     effect = classify_call(call)
     if effect is None:
         return None
@@ -313,10 +334,13 @@ class _AccessCollector(TIRVisitor):
         kind: AccessKind,
         indices: Iterable[Any] | None,
         extra_loop: LoopRange | None = None,
+        async_group: bool = False,
     ) -> None:
         idx = None if indices is None else tuple(indices)
         loops = self._scope.loops + ((extra_loop,) if extra_loop is not None else ())
-        self.accesses.append(SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope))
+        self.accesses.append(
+            SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope, async_group)
+        )
 
     def visit_TensorLoad(self, node: Any) -> None:
         self.generic_visit(node)
@@ -340,15 +364,17 @@ class _AccessCollector(TIRVisitor):
         if self._depth > 0 and not classify_call(node):
             return
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
+        group = node.op.name.startswith(_GROUP_COPY_PREFIXES)
         for kind in _kinds_of(effect):
             for buffer in buffers:
                 region = copy_region(node, buffer) if kind is AccessKind.ASYNC_WRITE else None
                 if region is None:
-                    self.add(buffer, kind, None)
+                    self.add(buffer, kind, None, async_group=group)
                     continue
                 indices, var, count = region
                 zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
-                self.add(buffer, kind, indices, LoopRange(var, 0, count, bounds=(zero, end)))
+                span = LoopRange(var, 0, count, bounds=(zero, end))
+                self.add(buffer, kind, indices, span, async_group=group)
 
 
 def _kinds_of(effect: OpEffect) -> list[AccessKind]:
@@ -638,9 +664,14 @@ def may_conflict(
     b: SharedAccess,
     thread_extents: Mapping[Any, int],
     iterations: Mapping[Any, frozenset[int]] | None = None,
+    positions: Mapping[Any, int] | None = None,
 ) -> bool:
     """True unless it is proven that ``a`` and ``b``, made by two *different* threads, never
     touch a common element with at least one of them writing.
+
+    ``positions`` maps loops enclosing ``b`` but not ``a`` (entered after ``a`` ran) to
+    how many of their iterations completed before ``b``'s: ``b`` runs in iteration
+    ``min + position * step`` (:data:`FAR`: any).
 
     ``b`` is the later access on a barrier-free path from ``a``. ``iterations`` maps the
     ``For`` statements of loops enclosing both to the possible iteration distances from
@@ -660,10 +691,16 @@ def may_conflict(
     ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind)
     if not _needs_proof(a, b, thread_extents, ordered):
         return False
-    key = (b, tuple((k, tuple(sorted(v))) for k, v in (iterations or {}).items()))
+    key = (
+        b,
+        tuple((k, tuple(sorted(v))) for k, v in (iterations or {}).items()),
+        tuple((positions or {}).items()),
+    )
     cached = _PROOF_CACHE.setdefault(a, {})
     if key not in cached:
-        cached[key] = not prove_no_overlap(a, b, thread_extents, iterations, ordered)
+        cached[key] = not prove_no_overlap(
+            a, b, thread_extents, iterations, ordered, positions or {}
+        )
     return cached[key]
 
 

@@ -60,6 +60,10 @@ def _wait_async_ops(call: ir.expr.Call, target: TargetInfo, func_name: str) -> i
     return T.ptx["cp.async.wait_group"](count)
 
 
+def _commit_async_ops(call: ir.expr.Call, target: TargetInfo, func_name: str) -> ir.expr.Expr:
+    return T.ptx["cp.async.commit_group"]()
+
+
 def _fence_proxy_async(call: ir.expr.Call, target: TargetInfo, func_name: str) -> ir.expr.Expr:
     if not target.has_async_proxy:
         raise TargetFeatureError(
@@ -86,6 +90,7 @@ def _split_barrier_untransformed(
 CUDA_LOWERINGS: dict[str, OpLowering] = {
     "tilewave.lds_barrier": _lds_barrier,
     "tilewave.wait_async_ops": _wait_async_ops,
+    "tilewave.commit_async_ops": _commit_async_ops,
     "tilewave.fence_proxy_async": _fence_proxy_async,
     "tilewave.barrier_signal": _split_barrier_untransformed,
     "tilewave.barrier_wait": _split_barrier_untransformed,

@@ -103,6 +103,7 @@ _EXACT: dict[str, OpEffect] = {
     "tilewave.barrier_signal": E.BARRIER,
     "tilewave.barrier_wait": E.BARRIER,
     "tilewave.wait_async_ops": E.ASYNC_WAIT,
+    "tilewave.commit_async_ops": E.NONE,
     "tilewave.fence_proxy_async": E.FENCE_PROXY,
     # what tilewave.LowerTilewaveOps turns lds_barrier into on ROCm (s_barrier)
     "llvm.amdgcn.s.barrier": E.BARRIER,

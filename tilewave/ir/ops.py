@@ -11,6 +11,8 @@ rewritten into target instructions by :mod:`tilewave.codegen` (``LowerTilewaveOp
                                 ``s_barrier_wait`` (gfx12)
 ``tilewave.wait_async_ops(n)``  wait until at most ``n`` async global->shared copies are
                                 outstanding: ``cp.async.wait_group n`` / ``s_waitcnt vmcnt(n)``
+``tilewave.commit_async_ops()`` close the open group of cp.async copies:
+                                ``cp.async.commit_group`` (CUDA only)
 ``tilewave.fence_proxy_async()`` generic->async proxy fence: ``fence.proxy.async.shared::cta``
 ==============================  ==========================================================
 
@@ -50,6 +52,11 @@ TILEWAVE_OPS: tuple[TilewaveOp, ...] = (
         "tilewave.wait_async_ops",
         1,
         "Wait until at most `n` async global->shared copies issued by this thread are pending.",
+    ),
+    TilewaveOp(
+        "tilewave.commit_async_ops",
+        0,
+        "Close this thread's open group of async global->shared copies (cp.async.commit_group).",
     ),
     TilewaveOp(
         "tilewave.fence_proxy_async", 0, "Order generic-proxy shared accesses before async ones."

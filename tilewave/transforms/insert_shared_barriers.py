@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +46,7 @@ from tilewave.analysis.shared_access import (
     AccessScope,
     LoopRange,
     SharedAccess,
+    SyncAction,
     SyncKind,
     collect_thread_extents,
     is_leaf_statement,
@@ -68,6 +69,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import post_order_visit, rebuild
 from tilewave.targets import TargetInfo, get_target
+from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
 from tilewave.transforms.named_barriers import (
     MAX_NAMED_BARRIERS,
     named_arrive,
@@ -84,65 +86,138 @@ WORKGROUP_BARRIER = -1
 _MAX_FIXPOINT_ROUNDS = 32
 
 
+#: a pending cp.async copy not yet committed to a group (``_Pending.group``)
+OPEN_GROUP = -1
+#: committed groups counted after a copy's own; more are counted as this many (a smaller
+#: count only ever makes the pass wait for more, so the cap is sound)
+MAX_NEWER_GROUPS = 8
+
+
 @dataclass(frozen=True)
 class _Pending:
-    """What is known about one access made since the last barrier."""
+    """What is known about one pending access instance since the last barrier."""
 
     landed: bool  # an async write whose copy is known complete (always True for others)
     signalled: frozenset[int]  # split barriers signalled after it
-    #: loops whose back edge the access was carried over: ``(For, distances)``; a loop of
-    #: the access not listed is still in the access's iteration (distance 0)
-    carried: tuple[tuple[Any, frozenset[int]], ...] = ()
+    #: for a cp.async copy not landed: OPEN_GROUP, or how many committed groups are newer
+    #: than the copy's group (``wait_group N`` retires it when that count is >= N)
+    group: int = 0
+    #: the copy completes through cp.async commit/wait groups (CUDA targets)
+    grouped: bool = False
 
-    def iterations(self, access: SharedAccess) -> dict[Any, frozenset[int]]:
-        """Iteration distances from ``access`` to the statement now being visited."""
-        out = {lp.loop: frozenset({0}) for lp in access.loops if lp.loop is not None}
-        out.update(self.carried)
+
+@dataclass(frozen=True)
+class _Instance:
+    """An access in one iteration context relative to the statement being visited.
+
+    ``carried``: loops enclosing the access whose back edge was taken since it ran, with the
+    iteration distance (1, or :data:`FAR` for two or more / a new instance); loops not
+    listed are still in the access's iteration. ``positions``: loops *not* enclosing the
+    access entered since it ran, with how many iterations of them have completed (the
+    statement being visited then runs in iteration ``min + position * step``; FAR: unknown).
+    Keeping instances of one access apart by distance lets a pipelined copy from two
+    iterations back be retired by a ``wait_group`` that a copy from the last iteration
+    does not satisfy.
+    """
+
+    access: SharedAccess
+    carried: tuple[tuple[Any, int], ...] = ()
+    positions: tuple[tuple[Any, int], ...] = ()
+
+    def iterations(self) -> dict[Any, frozenset[int]]:
+        """Iteration distances from the access to the statement now being visited."""
+        out = {lp.loop: frozenset({0}) for lp in self.access.loops if lp.loop is not None}
+        out.update((k, frozenset({d})) for k, d in self.carried)
         return out
 
-    def around(self, access: SharedAccess, loop: Any) -> _Pending:
-        """The entry after the back edge of ``loop``: one iteration further; loops inside
-        it start a new instance (any distance)."""
-        loops = [lp.loop for lp in access.loops]
+    def position_map(self) -> dict[Any, int]:
+        """Completed iterations of loops entered since the access (FAR: unknown)."""
+        return dict(self.positions)
+
+    def around(self, loop: Any) -> _Instance:
+        """The instance after the back edge of ``loop``: one iteration further; loops
+        inside it start a new instance (any distance)."""
+        loops = [lp.loop for lp in self.access.loops]
         at = next((i for i, lp in enumerate(loops) if lp is not None and lp.same_as(loop)), None)
         if at is None:
-            return self
-        now = self.iterations(access)
-        now[loops[at]] = frozenset(min(d + 1, FAR) for d in now[loops[at]])
+            positions = tuple(
+                (k, min(d + 1, FAR) if k.same_as(loop) else d) for k, d in self.positions
+            )
+            return replace(self, positions=positions)
+        now = {k: d for k, d in self.carried}
+        key = loops[at]
+        now[key] = min(now.get(key, 0) + 1, FAR)
         for inner in loops[at + 1 :]:
             if inner is not None:
-                now[inner] = frozenset({FAR})
-        return _Pending(self.landed, self.signalled, _carried(now))
+                now[inner] = FAR
+        return replace(self, carried=_canonical(self.access, now))
+
+    def around_while(self, depth: int) -> _Instance:
+        """After the back edge of a ``While`` inside ``depth`` serial loops: loops inside
+        the ``While`` start a new instance; the enclosing loops stay in the same iteration."""
+        now = {k: d for k, d in self.carried}
+        for lp in self.access.loops[depth:]:
+            if lp.loop is not None:
+                now[lp.loop] = FAR
+        return replace(self, carried=_canonical(self.access, now))
+
+    def entering(self, loop: Any) -> _Instance:
+        """The instance seen from the first iteration of ``loop``, which it does not sit in."""
+        if any(lp.loop is not None and lp.loop.same_as(loop) for lp in self.access.loops):
+            return self
+        kept = tuple((k, d) for k, d in self.positions if not k.same_as(loop))
+        return replace(self, positions=(*kept, (loop, 0)))
+
+    def leaving(self, loop: Any) -> _Instance:
+        """The instance after ``loop`` exits (its iteration count no longer matters)."""
+        if not any(k.same_as(loop) for k, _ in self.positions):
+            return self
+        return replace(
+            self, positions=tuple((k, d) for k, d in self.positions if not k.same_as(loop))
+        )
 
 
-def _carried(iterations: dict[Any, frozenset[int]]) -> tuple[tuple[Any, frozenset[int]], ...]:
-    """The canonical ``_Pending.carried`` of an iterations map (in the access's loop order)."""
-    return tuple((k, d) for k, d in iterations.items() if d != frozenset({0}))
+def _canonical(access: SharedAccess, distances: dict[Any, int]) -> tuple[tuple[Any, int], ...]:
+    """``_Instance.carried`` in the access's loop order, distance-0 loops left out."""
+    order = [lp.loop for lp in access.loops if lp.loop is not None]
+    return tuple((k, distances[k]) for k in order if distances.get(k, 0) != 0)
 
 
-_State = dict[SharedAccess, _Pending]
+_State = dict[_Instance, _Pending]
 
 
 @dataclass(frozen=True)
 class _Barrier:
-    """Placeholder for a barrier the pass decided to insert before the next statement."""
+    """Placeholder for a barrier the pass decided to insert before the next statement.
 
-    wait_async: bool
+    ``wait``: the ``wait_async_ops`` count to issue first (``None``: no wait); ``commit``:
+    close the open cp.async group before waiting."""
+
+    wait: int | None = None
+    commit: bool = False
 
 
-def _join(access: SharedAccess, p: _Pending, q: _Pending | None) -> _Pending:
-    """One entry for the pending instances of ``access`` described by ``p`` and ``q``."""
+def _join(p: _Pending, q: _Pending | None) -> _Pending:
+    """One entry for two ways one access instance may be pending."""
     if q is None:
         return p
-    pi, qi = p.iterations(access), q.iterations(access)
-    joined = _carried({k: pi[k] | qi[k] for k in pi})
-    return _Pending(p.landed and q.landed, p.signalled & q.signalled, joined)
+    return _Pending(
+        p.landed and q.landed, p.signalled & q.signalled, min(p.group, q.group), p.grouped
+    )
 
 
 def _merge(a: _State, b: _State) -> _State:
     out = dict(a)
-    for acc, p in b.items():
-        out[acc] = _join(acc, p, out.get(acc))
+    for inst, p in b.items():
+        out[inst] = _join(p, out.get(inst))
+    return out
+
+
+def _remap(state: _State, move: Any) -> _State:
+    out: _State = {}
+    for inst, p in state.items():
+        moved = move(inst)
+        out[moved] = _join(p, out.get(moved))
     return out
 
 
@@ -150,21 +225,29 @@ def _around(state: _State, loop: Any) -> _State:
     """``state`` at the end of an iteration of ``loop``, seen from the start of the next."""
     if loop is None:
         return state  # accesses in an unidentified loop are compared at any distance
-    return {acc: p.around(acc, loop) for acc, p in state.items()}
+    return _remap(state, lambda inst: inst.around(loop))
 
 
 def _around_while(state: _State, depth: int) -> _State:
     """``state`` at the end of an iteration of a ``While`` inside ``depth`` serial loops,
-    seen from the start of the next: loops inside the ``While`` start a new instance (any
-    distance); the enclosing loops stay in the same iteration."""
-    out = {}
-    for acc, p in state.items():
-        now = p.iterations(acc)
-        for lp in acc.loops[depth:]:
-            if lp.loop is not None:
-                now[lp.loop] = frozenset({FAR})
-        out[acc] = _Pending(p.landed, p.signalled, _carried(now))
-    return out
+    seen from the start of the next."""
+    return _remap(state, lambda inst: inst.around_while(depth))
+
+
+def _committed(p: _Pending) -> _Pending:
+    """``p`` after this thread's ``cp.async.commit_group``."""
+    if p.landed or not p.grouped:
+        return p
+    return replace(p, group=0 if p.group == OPEN_GROUP else min(p.group + 1, MAX_NEWER_GROUPS))
+
+
+def _retired(p: _Pending, action: SyncAction) -> bool:
+    """Whether the wait ``action`` completes the pending async write for its thread."""
+    if p.landed:
+        return True
+    if p.grouped:
+        return action.groups and p.group != OPEN_GROUP and action.retires_group(p.group)
+    return action.completes_async
 
 
 class _Placer:
@@ -181,6 +264,8 @@ class _Placer:
         #: named-barrier ids ``(raw, war)`` of each warp-split ``if`` (reused every round)
         self._named_ids: dict[Any, tuple[int, int | None]] = {}
         self._loop_depth = 0
+        #: accesses of the statements after the one being visited, innermost list last
+        self._upcoming: list[Callable[[], list[SharedAccess]]] = []
 
     # -- facts ---------------------------------------------------------------------------
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
@@ -214,11 +299,18 @@ class _Placer:
             return self.accesses(stmt, scope)
         return self.all_accesses(stmt.body, scope)
 
-    def conflicts(self, access: SharedAccess, state: _State) -> list[SharedAccess]:
+    def conflicts(self, access: SharedAccess, state: Iterable[_Instance]) -> list[_Instance]:
+        """The pending instances ``access`` may race with."""
         return [
-            p
-            for p, pending in state.items()
-            if may_conflict(p, access, self.thread_extents, pending.iterations(p))
+            inst
+            for inst in state
+            if may_conflict(
+                inst.access,
+                access,
+                self.thread_extents,
+                inst.iterations(),
+                inst.position_map() if inst.positions else None,
+            )
         ]
 
     def _scope_inside(self, loop: Any, scope: AccessScope) -> AccessScope:
@@ -237,38 +329,59 @@ class _Placer:
     def barrier_before(
         self, new: Iterable[SharedAccess], state: _State
     ) -> tuple[_Barrier | None, _State]:
-        """The barrier ``new`` accesses need after ``state``, and the state after it."""
-        blocking = {p for a in new for p in self.conflicts(a, state)}
+        """The barrier ``new`` accesses need after ``state``, and the state after it.
+
+        A pending async copy must land before the barrier: the barrier gets a commit when
+        the copy's group is still open and ``wait_async_ops(N)`` with the largest ``N``
+        that retires it, so younger groups stay in flight. Copies that the rest of the
+        current statement list reads are waited for at the same barrier (the usual
+        pipelined schedule: one wait + barrier serves both the write-after-read of the next
+        prefetch and the read of the current stage)."""
+        blocking = {inst for a in new for inst in self.conflicts(a, state)}
         if not blocking:
             return None, state
-        wait_async = any(p.kind is AccessKind.ASYNC_WRITE and not state[p].landed for p in blocking)
-        if wait_async:
-            return _Barrier(True), {}
-        kept = {p: s for p, s in state.items() if not s.landed}
-        return _Barrier(False), kept
+        unlanded = {inst for inst in blocking if not state[inst].landed}
+        in_flight = [inst for inst in state if not state[inst].landed]
+        if in_flight and self._upcoming:
+            unlanded |= {
+                inst for a in self._upcoming[-1]() for inst in self.conflicts(a, in_flight)
+            }
+        if not unlanded:
+            return _Barrier(), {i: p for i, p in state.items() if not p.landed}
+        commit = any(state[i].grouped and state[i].group == OPEN_GROUP for i in unlanded)
+        if commit:
+            state = {i: _committed(p) for i, p in state.items()}
+        plain = any(not state[i].grouped for i in unlanded)
+        wait = 0 if plain else min(state[i].group for i in unlanded)
+        action = SyncAction(SyncKind.ASYNC_WAIT, wait, groups=True)
+        kept = {i: p for i, p in state.items() if not _retired(p, action)}
+        return _Barrier(wait, commit), kept
 
     def sync(self, stmt: Any, state: _State, divergent: bool) -> _State | None:
         """Apply an existing synchronisation statement to ``state`` (None: not one)."""
         action = sync_action(stmt)
         if action is None:
             return None
-        if divergent and action.kind is not SyncKind.ASYNC_WAIT:
+        per_thread = (SyncKind.ASYNC_WAIT, SyncKind.ASYNC_COMMIT)
+        if divergent and action.kind not in per_thread:
             raise DivergentBarrierError(
                 f"{PASS_NAME}: a barrier sits in thread-divergent control flow "
                 f"{where(self.func_name, stmt)}; threads that skip it deadlock. Move it out "
                 "of the thread-dependent `if`/loop."
             )
-        if action.completes_async:
-            state = {p: replace(s, landed=True) for p, s in state.items()}
+        if action.kind is SyncKind.ASYNC_COMMIT or action.commits:
+            state = {i: _committed(p) for i, p in state.items()}
+        if action.kind in (SyncKind.ASYNC_WAIT, SyncKind.ASYNC_WAIT_BARRIER):
+            state = {i: replace(p, landed=_retired(p, action)) for i, p in state.items()}
         if action.is_full_barrier:
-            return {p: s for p, s in state.items() if not s.landed}
+            return {i: p for i, p in state.items() if not p.landed}
         if action.kind is SyncKind.SIGNAL:
             return {
-                p: replace(s, signalled=s.signalled | {action.arg}) if s.landed else s
-                for p, s in state.items()
+                i: replace(p, signalled=p.signalled | {action.arg}) if p.landed else p
+                for i, p in state.items()
             }
         if action.kind is SyncKind.WAIT:
-            return {p: s for p, s in state.items() if action.arg not in s.signalled}
+            return {i: p for i, p in state.items() if action.arg not in p.signalled}
         return state
 
     # -- statements ----------------------------------------------------------------------
@@ -278,8 +391,13 @@ class _Placer:
         """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
         if isinstance(stmt, tirx.SeqStmt):
             items: list[Any] = []
-            for child in stmt.seq:
-                new, state = self.visit(child, state, scope, divergent)
+            children = list(stmt.seq)
+            for at, child in enumerate(children):
+                self._upcoming.append(self._later_accesses(children, at + 1, _after(child, scope)))
+                try:
+                    new, state = self.visit(child, state, scope, divergent)
+                finally:
+                    self._upcoming.pop()
                 items.extend(new)
                 scope = _after(child, scope)
             return items, state
@@ -293,6 +411,24 @@ class _Placer:
             return self.visit_leaf(stmt, state, scope, divergent)
         body_items, state = self.visit(stmt.body, state, scope, divergent)
         return [self.rebuilt(stmt, "body", body_items)], state
+
+    def _later_accesses(
+        self, children: list[Any], start: int, scope: AccessScope
+    ) -> Callable[[], list[SharedAccess]]:
+        """A thunk for the accesses of ``children[start:]`` (computed when first asked)."""
+        found: list[list[SharedAccess]] = []
+
+        def accesses() -> list[SharedAccess]:
+            if not found:
+                out: list[SharedAccess] = []
+                inner = scope
+                for child in children[start:]:
+                    out += self.all_accesses(child, inner)
+                    inner = _after(child, inner)
+                found.append(out)
+            return found[0]
+
+        return accesses
 
     def rebuilt(self, stmt: Any, field: str, items: list[Any]) -> Any:
         old = getattr(stmt, field)
@@ -320,8 +456,11 @@ class _Placer:
         state = dict(state)
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
-            new = _Pending(acc.kind is not AccessKind.ASYNC_WRITE, frozenset())
-            state[acc] = _join(acc, new, state.get(acc))
+            is_async = acc.kind is AccessKind.ASYNC_WRITE
+            grouped = is_async and acc.async_group and self.target.is_cuda
+            new = _Pending(not is_async, frozenset(), OPEN_GROUP if grouped else 0, grouped)
+            inst = _Instance(acc)
+            state[inst] = _join(new, state.get(inst))
         return ([barrier] if barrier else []) + [stmt], state
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
@@ -431,7 +570,7 @@ class _Placer:
         own |= set(self.all_accesses(stripped.else_case, else_scope))
         buffers = [a.buffer for pair in conflicts for a in pair]
         # earlier executions of this `if` are ordered by its own named barriers
-        others = {p: s for p, s in state.items() if p not in own}
+        others = {i: p for i, p in state.items() if i.access not in own}
         barrier, others = self.barrier_before(own, others)
         prefix = [barrier] if barrier is not None else []
         cond_items, others = self.visit_leaf(
@@ -535,16 +674,26 @@ class _Placer:
             prefix, state = self.enter_divergent(stmt, state, scope)
         ext = stmt.extent.value if isinstance(stmt.extent, tirx.IntImm) else None
         repeats = ext is None or ext > 1  # one iteration carries nothing to the next
-        body, head, out, count = self.fixpoint(stmt.body, state, inner_scope, inner, repeats)
+        loop = inner_scope.loops[-1].loop
+
+        def enter(entry: _State) -> _State:
+            return entry if loop is None else _remap(entry, lambda i: i.entering(loop))
+
+        body, head, out, count = self.fixpoint(
+            stmt.body, enter(state), inner_scope, inner, repeats
+        )
         barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
         if barrier is not None and not inner:
-            hoisted = self.fixpoint(stmt.body, hoisted_state, inner_scope, inner, repeats)
+            hoisted = self.fixpoint(stmt.body, enter(hoisted_state), inner_scope, inner, repeats)
             if hoisted[3] < count:
                 # one barrier before the loop instead of some inside it
                 prefix.append(barrier)
                 body, head, out, _ = hoisted
         new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
-        return [*prefix, new_stmt], (out if ext is not None and ext >= 1 else _merge(head, out))
+        after = out if ext is not None and ext >= 1 else _merge(head, out)
+        if loop is not None:
+            after = _remap(after, lambda i: i.leaving(loop))
+        return [*prefix, new_stmt], after
 
     def fixpoint(
         self,
@@ -638,6 +787,11 @@ class _Placer:
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 
     # -- materialising -------------------------------------------------------------------
+    def place(self, body: Any) -> Any:
+        """``body`` (the function's) with the barriers it needs."""
+        items, _ = self.visit(body, {}, AccessScope(), False)
+        return self.sequence(items, body)
+
     def sequence(self, items: list[Any], original: Any = None) -> Any:
         """Turn items into one statement, expanding barrier placeholders; ``original``
         comes back unchanged when the items are exactly its statements."""
@@ -651,13 +805,14 @@ class _Placer:
             if not isinstance(item, _Barrier):
                 out.extend(item.seq if isinstance(item, tirx.SeqStmt) else [item])
                 continue
+            if item.commit:
+                out.append(call_op("tilewave.commit_async_ops"))
+            if item.wait is not None:
+                out.append(call_op("tilewave.wait_async_ops", item.wait))
             if not self.split:
-                if item.wait_async:
-                    out.append(call_op("tilewave.wait_async_ops", 0))
                 out.append(call_op("tilewave.lds_barrier"))
                 continue
-            if item.wait_async:
-                out.append(call_op("tilewave.wait_async_ops", 0))
+            if item.wait is not None:
                 out.append(call_op("tilewave.barrier_signal", WORKGROUP_BARRIER))
             else:
                 at = len(out)
@@ -727,9 +882,11 @@ def insert_shared_barriers(
         UnclassifiedOpError: an unknown op takes a shared buffer's address.
     """
     info = get_target(target)
-    placer = _Placer(func, info, _barrier_style(info, barrier_style))
-    items, _ = placer.visit(func.body, {}, AccessScope(), False)
-    body = placer.sequence(items, func.body)
+    split = _barrier_style(info, barrier_style)
+    start = commit_copy_runs(func.body, _func_name(func)) if info.is_cuda else func.body
+    body = _Placer(func, info, split).place(start)
+    if start is not func.body and not needs_added_commits(body, func.body):
+        body = _Placer(func, info, split).place(func.body)  # no wait reads the new groups
     if body.same_as(func.body):
         return func
     return rebuild(func, {"body": body})

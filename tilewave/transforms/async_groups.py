@@ -1,0 +1,176 @@
+"""Commit groups for kernels whose cp.async copies carry no ``commit_group``.
+
+``cp.async.wait_group N`` only retires *committed* groups: a copy issued after the last
+``commit_group`` is never waited for. A kernel written without any commit (or stripped of
+its synchronisation) gets one group per run of copies here, before InsertSharedBarriers
+chooses its waits: a ``T.tilewave.commit_async_ops()`` right after the last statement of
+each maximal run of copy statements in a statement list. Copies issued together (the A and
+B tiles of one pipeline stage, a copy loop) form one group, so a later ``wait_group N`` can
+retire an older stage while the newer ones stay in flight.
+
+A statement belongs to a run when every shared access under it is a cp.async copy (global
+loads, index arithmetic and ``Bind`` statements between copies do not end a run); a
+compound statement that also reads shared memory or synchronises is entered and handled
+the same way inside. Kernels that already commit somewhere are left alone: their groups
+are the author's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import tirx
+
+from tilewave.analysis.shared_access import (
+    AccessKind,
+    SyncKind,
+    is_leaf_statement,
+    statement_accesses,
+    sync_action,
+)
+from tilewave.ir.ops import call_op
+from tilewave.ir.walker import post_order_visit, rebuild
+
+__all__ = ["commit_copy_runs", "has_commits", "needs_added_commits"]
+
+_COPY, _NEUTRAL, _OTHER, _MIXED = "copy", "neutral", "other", "mixed"
+
+
+def has_commits(body: Any) -> bool:
+    """True when ``body`` commits cp.async groups itself (``commit_group``/``wait_all``)."""
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, tirx.Evaluate):
+            action = sync_action(node)
+            if action is not None and (action.commits or action.kind is SyncKind.ASYNC_COMMIT):
+                found = True
+
+    post_order_visit(body, check)
+    return found
+
+
+def _leaf_role(stmt: Any, func_name: str | None) -> str:
+    if sync_action(stmt) is not None:
+        return _OTHER
+    accesses = statement_accesses(stmt, (), func_name)
+    if not accesses:
+        return _NEUTRAL
+    if all(a.kind is AccessKind.ASYNC_WRITE and a.async_group for a in accesses):
+        return _COPY
+    return _OTHER
+
+
+def _children(stmt: Any) -> list[Any]:
+    if isinstance(stmt, tirx.SeqStmt):
+        return list(stmt.seq)
+    if isinstance(stmt, tirx.IfThenElse):
+        return [stmt.condition, stmt.then_case] + (
+            [stmt.else_case] if stmt.else_case is not None else []
+        )
+    if isinstance(stmt, tirx.While):
+        return [stmt.condition, stmt.body]
+    return [stmt.body]
+
+
+class _Committer:
+    def __init__(self, func_name: str | None) -> None:
+        self.func_name = func_name
+        self._roles: dict[Any, str] = {}
+
+    def role(self, stmt: Any) -> str:
+        """COPY, NEUTRAL, OTHER (shared access or sync, no copy) or MIXED (both)."""
+        if not isinstance(stmt, tirx.Stmt):
+            return _leaf_role(tirx.Evaluate(stmt), self.func_name)
+        if stmt not in self._roles:
+            if is_leaf_statement(stmt):
+                role = _leaf_role(stmt, self.func_name)
+            else:
+                roles = {self.role(child) for child in _children(stmt)} - {_NEUTRAL}
+                if not roles:
+                    role = _NEUTRAL
+                elif roles == {_COPY}:
+                    role = _COPY
+                elif _COPY in roles or _MIXED in roles:
+                    role = _MIXED
+                else:
+                    role = _OTHER
+            self._roles[stmt] = role
+        return self._roles[stmt]
+
+    def rewrite(self, stmt: Any) -> Any:
+        """``stmt`` with a commit after every run of copies inside it."""
+        if isinstance(stmt, tirx.SeqStmt):
+            return self._sequence(list(stmt.seq), stmt)
+        if self.role(stmt) != _MIXED or is_leaf_statement(stmt):
+            return stmt
+        if isinstance(stmt, tirx.IfThenElse):
+            changes = {"then_case": self._body(stmt.then_case)}
+            if stmt.else_case is not None:
+                changes["else_case"] = self._body(stmt.else_case)
+            return rebuild(stmt, changes)
+        return rebuild(stmt, {"body": self._body(stmt.body)})
+
+    def _body(self, stmt: Any) -> Any:
+        if self.role(stmt) == _COPY:
+            return tirx.SeqStmt([stmt, call_op("tilewave.commit_async_ops")])
+        return self.rewrite(stmt)
+
+    def _sequence(self, children: list[Any], original: Any) -> Any:
+        out: list[Any] = []
+        run_end: int | None = None  # index in `out` after the run's last copy statement
+
+        def close() -> None:
+            nonlocal run_end
+            if run_end is not None:
+                out.insert(run_end, call_op("tilewave.commit_async_ops"))
+                run_end = None
+
+        for child in children:
+            role = self.role(child)
+            if role == _COPY:
+                out.append(child)
+                run_end = len(out)
+            elif role == _NEUTRAL:
+                out.append(child)
+            else:
+                close()
+                out.append(self.rewrite(child) if role == _MIXED else child)
+        close()
+        unchanged = len(out) == len(children) and all(
+            a.same_as(b) for a, b in zip(out, children, strict=True)
+        )
+        if unchanged:
+            return original
+        return tirx.SeqStmt(out)
+
+
+def commit_copy_runs(body: Any, func_name: str | None = None) -> Any:
+    """``body`` with ``commit_async_ops`` after each run of cp.async copies, unless it
+    already commits groups itself (then it is returned unchanged)."""
+    if has_commits(body):
+        return body
+    committer = _Committer(func_name)
+    if committer.role(body) != _MIXED:
+        return body  # nothing reads what the copies write: no group needs closing
+    return committer.rewrite(body)
+
+
+def _waits_on_groups(body: Any) -> bool:
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, tirx.Evaluate):
+            action = sync_action(node)
+            found = found or (action is not None and action.groups)
+
+    post_order_visit(body, check)
+    return found
+
+
+def needs_added_commits(body: Any, original: Any) -> bool:
+    """Whether the commits :func:`commit_copy_runs` added to ``original`` matter in the
+    synchronised ``body``: only a wait that retires groups reads them."""
+    return body is not original and not has_commits(original) and _waits_on_groups(body)
