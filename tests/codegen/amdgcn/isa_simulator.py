@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -160,6 +161,7 @@ class Wave:
     vgpr: np.ndarray = field(default_factory=lambda: np.zeros((256, LANES), dtype=np.uint32))
     exec: int = (1 << LANES) - 1
     scc: int = 0
+    vcc: int = 0
     m0: int = 0
     pc: int = 0
     done: bool = False
@@ -205,11 +207,17 @@ class Simulator:
         self.kernel = parse(asm)
         self.memory = Memory()
         self.lds = np.zeros(0, dtype=np.uint8)
+        #: instructions executed, by opcode, summed over every wave run (branches taken or
+        #: not, s_waitcnt, s_nop, s_barrier and s_endpgm included)
+        self.executed: Counter[str] = Counter()
+        self.waves_run = 0
 
     # -- operands ------------------------------------------------------------------------
     def sval(self, w: Wave, text: str, wide: bool = False) -> int:
         if text == "exec":
             return w.exec
+        if text == "vcc":
+            return w.vcc
         if text == "m0":
             return w.m0
         r = _reg(text)
@@ -227,7 +235,11 @@ class Simulator:
         return value & ((1 << 64) - 1 if wide else 0xFFFFFFFF)
 
     def vsrc(self, w: Wave, text: str, kind: str = "b32") -> np.ndarray:
-        """A source operand as 64 uint32 lanes (f16 values in the low 16 bits)."""
+        """A source operand as 64 uint32 lanes (f16 values in the low 16 bits); ``-vN`` is
+        the VOP3 negation modifier (the sign bit of the ``kind`` flipped)."""
+        if text.startswith("-") and _reg(text[1:]) is not None:
+            return self.vsrc(w, text[1:], kind) ^ np.uint32(0x8000 if kind == "f16"
+                                                            else 0x80000000)
         r = _reg(text)
         if r is not None and r[0] == "v":
             self.check_pending(w, [("v", r[1])])
@@ -250,6 +262,9 @@ class Simulator:
     def sdst(self, w: Wave, text: str, value: int) -> None:
         if text == "exec":
             w.exec = value & ((1 << 64) - 1)
+            return
+        if text == "vcc":
+            w.vcc = value & ((1 << 64) - 1)
             return
         if text == "m0":
             w.m0 = value & 0xFFFFFFFF
@@ -327,6 +342,7 @@ class Simulator:
                     w.sgpr[s] = gid
                     s += 1
             waves.append(w)
+        self.waves_run += len(waves)
         while not all(w.done for w in waves):
             at_barrier = []
             for w in waves:
@@ -347,6 +363,7 @@ class Simulator:
                 raise SimulationError("ran past the end of the kernel without s_endpgm")
             ins = code[w.pc]
             op = ins.opcode
+            self.executed[op] += 1
             if op == "s_endpgm":
                 self.drain(w)  # the hardware completes a wave's outstanding stores
                 w.done = True
@@ -417,7 +434,8 @@ class Simulator:
         srcs = [self.sval(w, t, wide) for t in o[1:]]
         value = fn(w, *srcs)
         if op != "s_mov_b32" and op != "s_mov_b64" and op != "s_cselect_b32":
-            w.scc = int(value != 0) if op not in ("s_add_u32", "s_sub_u32", "s_mul_i32") \
+            w.scc = int(value != 0) if op not in ("s_add_u32", "s_sub_u32", "s_mul_i32",
+                                                  "s_mul_hi_u32", "s_mul_hi_i32") \
                 else w.scc
         self.sdst(w, o[0], value & ((1 << 64) - 1 if wide else 0xFFFFFFFF))
 
@@ -433,7 +451,12 @@ class Simulator:
             _, _, cond, ty, _ = op.split("_")
             a, b = self.vsrc(w, o[1], ty), self.vsrc(w, o[2], ty)
             av, bv = _typed(a, ty), _typed(b, ty)
-            result = _CMPS[cond](av, bv) & w.exec_mask()
+            if cond == "class":  # bit k of b: sNaN, qNaN, -inf, -norm, -denorm, -0, +0, ...
+                result = ((b >> _fp_class(av).astype(np.uint32)) & 1).astype(bool)
+            else:
+                with np.errstate(invalid="ignore"):
+                    result = _CMPS[cond](av, bv)
+            result = result & w.exec_mask()
             self.sdst(w, o[0], sum(1 << i for i in range(LANES) if result[i]))
             return
         if op == "v_cndmask_b32_e64":
@@ -458,7 +481,19 @@ _CMPS: dict[str, Callable] = {
     "eq": lambda a, b: a == b, "lg": lambda a, b: a != b, "ne": lambda a, b: a != b,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
     "ge": lambda a, b: a >= b,
+    "ngt": lambda a, b: ~(a > b), "nlt": lambda a, b: ~(a < b),  # true on NaN
 }
+
+
+def _fp_class(x: np.ndarray) -> np.ndarray:
+    """v_cmp_class's class index of each float: 0 sNaN (not distinguished: 1), 1 qNaN,
+    2 -inf, 3 -normal, 4 -denormal, 5 -0, 6 +0, 7 +denormal, 8 +normal, 9 +inf."""
+    tiny = np.finfo(x.dtype).tiny
+    neg = np.signbit(x)
+    mag = np.abs(x)
+    cls = np.where(mag == 0, 6, np.where(mag < tiny, 7, np.where(np.isinf(mag), 9, 8)))
+    cls = np.where(neg, 11 - cls, cls)
+    return np.where(np.isnan(x), 1, cls)
 
 
 def _signed(v: int) -> int:
@@ -501,6 +536,9 @@ _SALU: dict[str, tuple[Callable, bool]] = {
     "s_or_b64": (lambda w, a, b: a | b, True),
     "s_andn2_b64": (lambda w, a, b: a & ~b, True),
     "s_cselect_b32": (lambda w, a, b: a if w.scc else b, False),
+    "s_mul_hi_u32": (lambda w, a, b: (a * b) >> 32, False),
+    "s_mul_hi_i32": (lambda w, a, b: (_signed(a) * _signed(b)) >> 32, False),
+    "s_not_b32": (lambda w, a: ~a, False),
 }
 
 
@@ -568,7 +606,109 @@ _VALU: dict[str, tuple[str, Callable]] = {
     "v_cvt_f16_f32": ("f32", lambda a: _f16_bits(_bits_f32(a).astype(np.float16))),
     "v_cvt_f32_i32": ("b32", lambda a: _f32_bits(a.view(np.int32).astype(np.float32))),
     "v_cvt_i32_f32": ("f32", lambda a: _bits_f32(a).astype(np.int32).view(np.uint32)),
+    "v_cvt_f32_u32": ("b32", lambda a: _f32_bits(a.astype(np.float32))),
+    "v_cvt_u32_f32": ("f32", lambda a: np.clip(_bits_f32(a), 0, None).astype(np.uint32)),
+    "v_not_b32": ("b32", lambda a: ~a),
+    "v_bfe_i32": ("b32", lambda a, o, n: _w((_i(a) << (32 - (o & 31) - (n & 31))
+                                              & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+                                             .astype(np.int64) >> (32 - (n & 31)))),
+    "v_mul_hi_u32": ("b32", lambda a, b: _w((_u(a) * _u(b)) >> np.uint64(32))),
+    "v_mul_hi_i32": ("b32", lambda a, b: _w((_i(a) * _i(b)) >> 32)),
+    # transcendentals, correctly rounded here (the hardware's are within 1 ulp)
+    "v_rndne_f32": _f32op(np.rint),
+    "v_exp_f32": _f32op(lambda a: np.exp2(a.astype(np.float64)).astype(np.float32)),
+    "v_log_f32": _f32op(lambda a: np.log2(a.astype(np.float64)).astype(np.float32)),
+    "v_sqrt_f32": _f32op(lambda a: np.sqrt(a.astype(np.float64)).astype(np.float32)),
+    "v_rsq_f32": _f32op(lambda a: (1 / np.sqrt(a.astype(np.float64))).astype(np.float32)),
+    "v_rcp_f32": _f32op(lambda a: (1 / a.astype(np.float64)).astype(np.float32)),
+    "v_ldexp_f32": ("b32", lambda a, e: _f32_bits(np.ldexp(_bits_f32(a), e.view(np.int32)))),
+    "v_div_fixup_f32": ("f32", lambda q, d, n: _f32_bits(_div_fixup(
+        _bits_f32(q), _bits_f32(d), _bits_f32(n)))),
 }
+
+
+def _div_fixup(q: np.ndarray, d: np.ndarray, n: np.ndarray) -> np.ndarray:
+    # the IEEE special cases (0, inf, NaN operands); otherwise the quotient as computed
+    special = (d == 0) | ~np.isfinite(d) | ~np.isfinite(n) | (n == 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(special, n / d, q).astype(np.float32)
+
+
+def _div_scale(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """v_div_scale_f32 D, VCC-like SDST, S0, S1, S2: S0 (the numerator or the denominator)
+    scaled by 2^+-64 when the quotient would lose precision. Modelled for operands that need
+    no scaling (normal magnitudes in [2^-96, 2^96]): D = S0, SDST = 0; outside that range the
+    simulator refuses rather than guess."""
+    dst, sdst, s0, s1, s2 = ins.operands
+    a, d, n = (_bits_f32(sim.vsrc(w, t, "f32")) for t in (s0, s1, s2))
+    mask = w.exec_mask()
+    mags = np.abs(np.concatenate([d[mask], n[mask]]))
+    finite = mags[np.isfinite(mags) & (mags != 0)]
+    if finite.size and (finite.min() < 2.0 ** -96 or finite.max() > 2.0 ** 96):
+        raise SimulationError(f"`{ins.line}`: operands needing v_div_scale scaling are not "
+                              "modelled")
+    sim.vdst(w, dst, _f32_bits(a))
+    sim.sdst(w, sdst, 0)
+
+
+def _div_fmas(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """v_div_fmas_f32 D, S0, S1, S2: fma(S0, S1, S2), scaled by 2^64 in lanes where VCC is
+    set (the scale v_div_scale applied; always 0 in the modelled range)."""
+    dst, *srcs = ins.operands
+    a, b, c = (_bits_f32(sim.vsrc(w, t, "f32")) for t in srcs)
+    if w.vcc & w.exec:
+        raise SimulationError(f"`{ins.line}`: VCC set (scaled division) is not modelled")
+    sim.vdst(w, dst, _f32_bits(_fma(a, b, c)))
+
+
+def _f64_pair(sim: Simulator, w: Wave, text: str) -> np.ndarray:
+    """A 64-bit VGPR pair (or an inline constant) as 64 float64 lanes."""
+    neg = text.startswith("-") and _reg(text[1:]) is not None
+    r = _reg(text[1:] if neg else text)
+    if r is None:
+        value = np.float64(_INLINE_F[text]) if text in _INLINE_F else np.float64(int(text, 0))
+        return np.full(LANES, value)
+    if r[0] != "v" or r[2] != 2:
+        raise SimulationError(f"64-bit operand {text} is not a VGPR pair")
+    sim.check_pending(w, [("v", r[1]), ("v", r[1] + 1)])
+    bits = w.vgpr[r[1]].astype(np.uint64) | (w.vgpr[r[1] + 1].astype(np.uint64) << 32)
+    value = bits.view(np.float64)
+    return -value if neg else value
+
+
+def _set_f64_pair(sim: Simulator, w: Wave, text: str, value: np.ndarray) -> None:
+    r = _reg(text)
+    if r is None or r[0] != "v" or r[2] != 2:
+        raise SimulationError(f"64-bit destination {text} is not a VGPR pair")
+    bits = np.asarray(value, dtype=np.float64).view(np.uint64)
+    sim.vdst(w, f"v{r[1]}", (bits & 0xFFFFFFFF).astype(np.uint32))
+    sim.vdst(w, f"v{r[1] + 1}", (bits >> np.uint64(32)).astype(np.uint32))
+
+
+_F64 = {
+    "v_add_f64": lambda a, b: a + b, "v_mul_f64": lambda a, b: a * b,
+    "v_fma_f64": lambda a, b, c: a * b + c,  # float64 has no wider type: rounded twice
+    "v_max_f64": np.maximum, "v_min_f64": np.minimum,
+}
+
+
+def _valu_f64(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """The f64 VALU subset and the conversions to and from f64."""
+    op, (dst, *srcs) = ins.opcode, ins.operands
+    if op in _F64:
+        _set_f64_pair(sim, w, dst, _F64[op](*[_f64_pair(sim, w, t) for t in srcs]))
+    elif op == "v_cvt_f64_f32":
+        _set_f64_pair(sim, w, dst, _bits_f32(sim.vsrc(w, srcs[0], "f32")).astype(np.float64))
+    elif op == "v_cvt_f64_i32":
+        _set_f64_pair(sim, w, dst, sim.vsrc(w, srcs[0]).view(np.int32).astype(np.float64))
+    elif op == "v_cvt_f32_f64":
+        sim.vdst(w, dst, _f32_bits(_f64_pair(sim, w, srcs[0]).astype(np.float32)))
+    elif op == "v_cvt_i32_f64":
+        with np.errstate(invalid="ignore"):
+            ints = np.trunc(_f64_pair(sim, w, srcs[0])).astype(np.int32)
+        sim.vdst(w, dst, ints.view(np.uint32))
+    else:
+        raise SimulationError(f"unsupported instruction `{ins.line}`")
 
 
 # -- memory handlers ---------------------------------------------------------------------
@@ -587,7 +727,8 @@ def _s_load(sim: Simulator, w: Wave, ins: Inst) -> None:
     sim.issue(w, "lgkm", {("s", dst[1] + i) for i in range(dst[2])}, apply, ins.line, smem=True)
 
 
-_BUF_SIZE = {"dword": 4, "dwordx2": 8, "dwordx4": 16, "ushort": 2, "short": 2}
+_BUF_SIZE = {"dword": 4, "dwordx2": 8, "dwordx4": 16, "ushort": 2, "short": 2, "ubyte": 1,
+             "sbyte": 1, "byte": 1}
 
 
 def _buffer_addresses(sim: Simulator, w: Wave, ins: Inst, vaddr: str, srsrc: str,
@@ -645,7 +786,10 @@ def _buffer_load(sim: Simulator, w: Wave, ins: Inst) -> None:
             off = int(offs[lane])
             if off + size <= nrec and off >= 0:
                 data = sim.memory.read(base + off, size)
-                if size == 2:
+                if size == 1:  # sbyte sign-extends, ubyte zero-extends
+                    fmt = "<b" if ins.opcode.endswith("sbyte") else "<B"
+                    values[0][lane] = struct.unpack(fmt, data)[0] & 0xFFFFFFFF
+                elif size == 2:
                     values[0][lane] = struct.unpack("<H", data)[0]
                 else:
                     values[:, lane] = struct.unpack(f"<{size // 4}I", data)
@@ -666,7 +810,9 @@ def _buffer_store(sim: Simulator, w: Wave, ins: Inst) -> None:
     for lane in np.nonzero(w.exec_mask())[0]:
         off = int(offs[lane])
         if off + size <= nrec and off >= 0:
-            if size == 2:
+            if size == 1:
+                payload = struct.pack("<B", int(w.vgpr[d[1]][lane]) & 0xFF)
+            elif size == 2:
                 payload = struct.pack("<H", int(w.vgpr[d[1]][lane]) & 0xFFFF)
             else:
                 payload = struct.pack(f"<{size // 4}I",
@@ -680,7 +826,7 @@ def _buffer_store(sim: Simulator, w: Wave, ins: Inst) -> None:
     sim.issue(w, "vm", set(), apply, ins.line)
 
 
-_DS_SIZE = {"b32": 4, "b64": 8, "b128": 16, "u16": 2, "b16": 2}
+_DS_SIZE = {"b32": 4, "b64": 8, "b128": 16, "u16": 2, "b16": 2, "i8": 1, "u8": 1, "b8": 1}
 
 
 def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
@@ -706,7 +852,9 @@ def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
         def apply() -> None:
             for lane in lanes:
                 a = int(addr[lane])
-                if size == 2:
+                if size == 1:
+                    sim.lds[a] = int(words[0][lane]) & 0xFF
+                elif size == 2:
                     sim.lds[a:a + 2] = np.frombuffer(
                         struct.pack("<H", int(words[0][lane]) & 0xFFFF), dtype=np.uint8)
                 else:
@@ -721,7 +869,10 @@ def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
         for lane in lanes:
             a = int(addr[lane])
             raw = sim.lds[a:a + size].tobytes()
-            if size == 2:
+            if size == 1:
+                fmt = "<b" if ins.opcode.endswith("i8") else "<B"
+                values[0][lane] = struct.unpack(fmt, raw)[0] & 0xFFFFFFFF
+            elif size == 2:
                 values[0][lane] = struct.unpack("<H", raw)[0]
             else:
                 values[:, lane] = struct.unpack(f"<{size // 4}I", raw)
@@ -785,6 +936,12 @@ def _v_mov_b64(sim: Simulator, w: Wave, ins: Inst) -> None:
 
 _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
     "v_mov_b64": _v_mov_b64,
+    "v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas,
+    **{op: _valu_f64 for op in (*_F64, "v_cvt_f64_f32", "v_cvt_f64_i32", "v_cvt_f32_f64",
+                                "v_cvt_i32_f64")},
+    **{f"buffer_load_{s}": _buffer_load for s in ("ubyte", "sbyte")},
+    "buffer_store_byte": _buffer_store,
+    **{op: _ds for op in ("ds_read_i8", "ds_read_u8", "ds_write_b8")},
     "s_load_dword": _s_load, "s_load_dwordx2": _s_load, "s_load_dwordx4": _s_load,
     **{f"buffer_load_{s}": _buffer_load for s in ("dword", "dwordx2", "dwordx4", "ushort")},
     **{f"buffer_store_{s}": _buffer_store for s in ("dword", "dwordx2", "dwordx4", "short")},
