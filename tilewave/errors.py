@@ -12,6 +12,9 @@ import tvm_ffi
 
 # The printer declares free variables first (`x = T.int32()`); they are noise in a location.
 _FREE_VAR_DECL = re.compile(r"^\w+ = T\.\w+\(\)$")
+# ... and declares the buffers a statement uses (`S = T.Buffer((64,), scope="shared")`)
+# before it: a location must show the statement, not the declarations.
+_FREE_BUFFER_DECL = re.compile(r"^\w+ = T\.(Buffer|decl_buffer)\(.*\)$")
 
 
 def _keep_type_across_ffi(cls: type[Exception]) -> None:
@@ -91,7 +94,10 @@ def _short_text(stmt: object, limit: int = 120) -> str:
     lines = [
         ln.strip()
         for ln in text.splitlines()
-        if ln.strip() and not ln.startswith("#") and not _FREE_VAR_DECL.match(ln.strip())
+        if ln.strip()
+        and not ln.startswith("#")
+        and not _FREE_VAR_DECL.match(ln.strip())
+        and not _FREE_BUFFER_DECL.match(ln.strip())
     ]
     flat = " ".join(lines)
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."

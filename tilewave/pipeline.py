@@ -44,6 +44,7 @@ from tilewave.input_checks import (
 from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
+from tilewave.transforms.hazard_invariant import checked_barrier_pass
 from tilewave.transforms.inject_fence_proxy import InjectFenceProxy
 from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
@@ -211,7 +212,12 @@ STAGES: tuple[Stage, ...] = (
     _tvm("tirx.AnnotateEntryFunc", tirx.transform.AnnotateEntryFunc),
     # ---- tilewave's synchronisation stages (TVM runs ThreadSync("shared") here) ----
     # InsertSharedBarriers and InjectFenceProxy go here, before LowerTilewaveOps.
-    Stage("tilewave.InsertSharedBarriers", lambda t, o: InsertSharedBarriers(t), origin="tilewave"),
+    # Checked: unfixable hazards are refused before, and none may remain after (invariant).
+    Stage(
+        "tilewave.InsertSharedBarriers",
+        lambda t, o: checked_barrier_pass(InsertSharedBarriers(t)),
+        origin="tilewave",
+    ),
     # Fences go after barrier insertion: a fence sits right before the async op it guards.
     Stage(
         "tilewave.InjectFenceProxy",

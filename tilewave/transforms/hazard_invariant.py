@@ -1,0 +1,142 @@
+"""The barrier pass's invariant, checked: its output has no shared-memory hazard left.
+
+:func:`checked_barrier_pass` wraps a barrier-inserting pass (``InsertSharedBarriers``) so
+that, for every kernel,
+
+* before it runs, hazards **no barrier can fix** are refused with an
+  :class:`~tilewave.errors.UnfixableHazardError` naming both statements and the buffer:
+  two writes to a shared buffer in the two arms of a thread-dependent ``if`` run
+  concurrently (different threads take different arms), so their order on a common word is
+  undefined whatever barriers surround them;
+* after it runs, :func:`~tilewave.analysis.shared_hazards.find_shared_hazards` (the verifier,
+  which shares no placement logic with the pass) must find nothing; a hazard left behind is
+  reported as a tilewave bug with both statements, instead of returning a racy kernel.
+
+The cost is two verifier runs per kernel ("cheap mode": no execution, no enumeration).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_access import AccessKind, SharedAccess, is_thread_dependent
+from tilewave.analysis.shared_hazards import HazardKind, SharedHazard, find_shared_hazards
+from tilewave.errors import UnfixableHazardError, where
+from tilewave.ir.walker import post_order_visit
+
+__all__ = [
+    "checked_barrier_pass",
+    "concurrent_arm_writes",
+    "refuse_unfixable",
+    "require_no_hazards_left",
+]
+
+
+def _thread_vars(func: tirx.PrimFunc) -> list[ir.expr.Var]:
+    found: list[ir.expr.Var] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+            tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else ""
+            if tag.startswith("threadIdx"):
+                found.append(node.loop_var)
+        elif isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
+            if str(node.node.thread_tag).startswith("threadIdx"):
+                found.append(node.node.var)
+
+    post_order_visit(func.body, visit)
+    return found
+
+
+def _opposite_arm_condition(first: SharedAccess, second: SharedAccess) -> Any | None:
+    for cond, holds in first.scope.conditions:
+        for other, other_holds in second.scope.conditions:
+            if cond.same_as(other) and holds != other_holds:
+                return cond
+    return None
+
+
+def concurrent_arm_writes(func: tirx.PrimFunc) -> list[tuple[SharedHazard, Any]]:
+    """Write/write hazards between the two arms of one thread-dependent ``if``, with the
+    condition: pairs that run concurrently and that no barrier can order."""
+    thread_vars = _thread_vars(func)
+    found = []
+    for hazard in find_shared_hazards(func):
+        if hazard.kind is not HazardKind.WAW:
+            continue
+        if hazard.first.kind != AccessKind.WRITE or hazard.second.kind != AccessKind.WRITE:
+            continue
+        cond = _opposite_arm_condition(hazard.first, hazard.second)
+        if cond is not None and is_thread_dependent(cond, thread_vars):
+            found.append((hazard, cond))
+    return found
+
+
+def _func_name(gvar: ir.GlobalVar, func: tirx.PrimFunc) -> str:
+    symbol = func.attrs.get("global_symbol") if func.attrs else None
+    return str(symbol) if symbol else gvar.name_hint
+
+
+def _statement(access: SharedAccess) -> str:
+    return where(None, access.stmt).removeprefix("at ")
+
+
+def refuse_unfixable(func: tirx.PrimFunc, func_name: str, pass_name: str) -> None:
+    """Raise for the first pair :func:`concurrent_arm_writes` finds.
+
+    Raises:
+        UnfixableHazardError: naming both statements, the buffer and the condition.
+    """
+    for hazard, cond in concurrent_arm_writes(func):
+        raise UnfixableHazardError(
+            f"{pass_name}: {_statement(hazard.first)} and {_statement(hazard.second)} "
+            f"{where(func_name)} both write shared buffer '{hazard.buffer}' in the two arms "
+            f"of the thread-dependent `if {cond}`, which different threads run at the same "
+            "time: they may write one word concurrently and no barrier can order them. Make "
+            "the arms write disjoint elements, or do the write in one arm only."
+        )
+
+
+def require_no_hazards_left(func: tirx.PrimFunc, func_name: str, pass_name: str) -> None:
+    """The invariant: the verifier finds no hazard in ``func`` (a barrier pass's output).
+
+    Raises:
+        UnfixableHazardError: naming the hazard's two statements and buffer.
+    """
+    for hazard in find_shared_hazards(func):
+        raise UnfixableHazardError(
+            f"{pass_name} left a {hazard.kind.name} hazard on shared buffer '{hazard.buffer}' "
+            f"{where(func_name)}: {_statement(hazard.first)} then {_statement(hazard.second)} "
+            "with no barrier between them. This is a tilewave bug (the pass must order every "
+            "hazard or refuse the kernel); report it with the kernel. Until fixed, put "
+            "T.tilewave.lds_barrier() between the two statements yourself."
+        )
+
+
+def checked_barrier_pass(inner: tvm.transform.Pass) -> tvm.transform.Pass:
+    """``inner`` with the checks of this module around it, under ``inner``'s own name (so
+    ``disabled_pass`` and dumps see one stage).
+
+    Args:
+        inner: a pass that inserts shared-memory barriers into every PrimFunc.
+
+    Example::
+
+        checked = checked_barrier_pass(InsertSharedBarriers("sm_90a"))
+    """
+    name = inner.info.name
+
+    def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        funcs = [(g, f) for g, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
+        for gvar, func in funcs:
+            refuse_unfixable(func, _func_name(gvar, func), name)
+        result = inner(mod)
+        for gvar, func in result.functions.items():
+            if isinstance(func, tirx.PrimFunc):
+                require_no_hazards_left(func, _func_name(gvar, func), name)
+        return result
+
+    return tvm.transform.module_pass(run, opt_level=0, name=name)
