@@ -27,6 +27,7 @@ Needs TVM to build the kernels; the module imports without it.
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -46,7 +47,7 @@ BLOCK_K = 32
 WARPS = 4  # 2 x 2 warps, 64 x 64 each
 THREADS = 32 * WARPS
 STAGES = 3  # shared stages of the hand pipeline
-GROUP_M = 8  # block rasterisation: 8 row-tiles share the B tiles they read
+GROUP_M = 8  # block rasterisation: up to 8 row-tiles share the B tiles they read
 CHUNKS = BLOCK_K // 8  # 16-byte chunks per shared row
 COPIES = BLOCK_M * CHUNKS // THREADS  # cp.async per thread per tile
 
@@ -57,6 +58,7 @@ def _kernel(m: int, n: int, k: int, mode: str):
 
     k_tiles = k // BLOCK_K
     n_tiles = n // BLOCK_N
+    group_m = math.gcd(GROUP_M, m // BLOCK_M)  # row-tiles per raster group
     blocks = (m // BLOCK_M) * n_tiles
     stages = STAGES if mode == "hand" else 1
     prefetch = STAGES - 1
@@ -148,9 +150,9 @@ def _kernel(m: int, n: int, k: int, mode: str):
                     af = T.alloc_buffer((16,), "uint32", scope="local")
                     bf = T.alloc_buffer((16,), "uint32", scope="local")
                     acc = T.alloc_buffer((128,), "float32", scope="local")
-                    group: T.let[T.int32] = bx // (GROUP_M * n_tiles)
-                    bm: T.let[T.int32] = group * GROUP_M + bx % GROUP_M
-                    bn: T.let[T.int32] = bx % (GROUP_M * n_tiles) // GROUP_M
+                    group: T.let[T.int32] = bx // (group_m * n_tiles)
+                    bm: T.let[T.int32] = group * group_m + bx % group_m
+                    bn: T.let[T.int32] = bx % (group_m * n_tiles) // group_m
                     warp: T.let[T.int32] = tx // 32
                     lane: T.let[T.int32] = tx % 32
                     wm: T.let[T.int32] = warp // 2
@@ -187,9 +189,9 @@ def _kernel(m: int, n: int, k: int, mode: str):
                 af = T.alloc_buffer((16,), "uint32", scope="local")
                 bf = T.alloc_buffer((16,), "uint32", scope="local")
                 acc = T.alloc_buffer((128,), "float32", scope="local")
-                group: T.let[T.int32] = bx // (GROUP_M * n_tiles)
-                bm: T.let[T.int32] = group * GROUP_M + bx % GROUP_M
-                bn: T.let[T.int32] = bx % (GROUP_M * n_tiles) // GROUP_M
+                group: T.let[T.int32] = bx // (group_m * n_tiles)
+                bm: T.let[T.int32] = group * group_m + bx % group_m
+                bn: T.let[T.int32] = bx % (group_m * n_tiles) // group_m
                 warp: T.let[T.int32] = tx // 32
                 lane: T.let[T.int32] = tx % 32
                 wm: T.let[T.int32] = warp // 2
