@@ -8,6 +8,7 @@ as TVM TIR pipelines: ``tvm.compile(kernel, target, tir_pipeline="tilewave")`` (
 from tilewave.errors import TilewaveError
 from tilewave.ir import OpEffect, register_intrinsic, unregister_intrinsic
 from tilewave.pipeline import build, lower
+from tilewave.racecheck import racecheck
 from tilewave.targets import TargetInfo, get_target
 from tilewave.tvm_pipelines import register_pipelines
 
@@ -23,6 +24,7 @@ __all__ = [
     "build",
     "get_target",
     "lower",
+    "racecheck",
     "register_intrinsic",
     "unregister_intrinsic",
 ]

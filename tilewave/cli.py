@@ -8,6 +8,7 @@
     tilewave lower kernel.py --target gfx942 --emit source --dump-ir dumps/ --timing
     tilewave lower --list-passes --target gfx1200  # the pass list for a target
     tilewave build kernel.py --target gfx942 --backend asm --out out/  # .s + .hsaco
+    tilewave racecheck kernel.py --target sm_90a   # execute one block, report races
 """
 
 from __future__ import annotations
@@ -251,6 +252,27 @@ def _cmd_build(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _cmd_racecheck(args: argparse.Namespace, out: TextIO) -> int:
+    from tilewave.racecheck import DEFAULT_SCHEDULES, racecheck
+
+    mod = load_kernels(args.file, args.func)
+    if args.lower:
+        from tilewave.pipeline import lower
+
+        mod = lower(mod, args.target)
+    schedules = args.schedule or list(DEFAULT_SCHEDULES)
+    status = 0
+    for gv, func in mod.functions.items():
+        target = func.attrs.get("target") if func.attrs is not None else None
+        if target is not None and target.kind.name not in ("cuda", "rocm"):
+            continue  # the host side of a lowered module launches the kernel; nothing to run
+        report = racecheck(func, args.target, blocks=args.blocks, schedules=schedules,
+                           func_name=gv.name_hint)
+        out.write(report.format() + "\n")
+        status = status or (0 if report.ok else 1)
+    return status
+
+
 def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     from tilewave.examples_builtin import BUILTIN_KERNELS
 
@@ -363,6 +385,16 @@ def _parser() -> argparse.ArgumentParser:
     build_cmd.add_argument("--out", required=True, metavar="DIR", help="output directory")
     debug_flags(build_cmd)
 
+    check = sub.add_parser("racecheck", help="execute a kernel's blocks on the CPU and report "
+                           "races and deadlocks (exit status 1 when it finds one)")
+    check.add_argument("file", help="Python file defining a @T.prim_func or IRModule")
+    check.add_argument("--target", required=True, help="target name, e.g. sm_90a or gfx942")
+    check.add_argument("--func", help="which kernel of the file to check")
+    check.add_argument("--blocks", type=int, default=1, help="blocks to run (default 1)")
+    check.add_argument("--schedule", action="append", help="schedule (repeatable): lockstep, "
+                       "reverse, warps, random:<seed>; default: all four")
+    check.add_argument("--lower", action="store_true", help="run tilewave.lower first")
+
     demo = sub.add_parser("demo", help="lower the built-in kernels for every target")
     demo.add_argument("--target", action="append", help="only this target (repeatable)")
     demo.add_argument("--kernel", action="append", help="only this built-in kernel (repeatable)")
@@ -391,6 +423,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         "targets": _cmd_targets,
         "demo": _cmd_demo,
         "build": _cmd_build,
+        "racecheck": _cmd_racecheck,
     }
     with quiet_device_probe_warnings():
         return _run_reporting_errors(lambda: commands[args.command](args, stream), args.traceback)
