@@ -65,6 +65,30 @@ def _global_bytes(param: Any, array: Any, rng: np.random.Generator, func_name: s
     return values.tobytes()
 
 
+def _views_of_params(func: tirx.PrimFunc) -> dict[Any, list[Any]]:
+    """Buffers a lowered kernel declares over its pointer parameters (``decl_buffer(data=p)``)."""
+    from tilewave.ir.walker import post_order_visit
+
+    params = set(func.params)
+    views: dict[Any, list[Any]] = {}
+
+    def visit(node: Any) -> None:
+        if type(node).__name__ == "DeclBuffer" and node.data is not None and node.data in params:
+            views.setdefault(node.data, []).append(node.buffer)
+
+    post_order_visit(func.body, visit)
+    return views
+
+
+def _view_bytes(buffer: Any) -> int:
+    ty = buffer.ty
+    count = 1
+    for dim in ty.shape:
+        count *= int(dim.value) if isinstance(dim, tirx.IntImm) else 1
+    offset = int(ty.elem_offset.value) if isinstance(ty.elem_offset, tirx.IntImm) else 0
+    return (count + offset) * np_dtype(str(ty.dtype)).itemsize
+
+
 def _block_indices(program: Program, blocks: int) -> list[dict[str, int]]:
     extents = program.launch.blocks
     tags = [t for t in ("blockIdx.x", "blockIdx.y", "blockIdx.z") if t in extents]
@@ -139,16 +163,22 @@ def racecheck(
         globals_: dict[Any, int] = {}
         scalars: dict[Any, int] = {}
         for param in func.params:
-            if isinstance(param.ty, tirx.BufferType) if hasattr(tirx, "BufferType") else False:
+            kind = type(param.ty).__name__
+            if kind == "BufferType":
                 data = _global_bytes(param, args.get(param.name), rng, name)
                 storage = memory.allocate(param.name, "global", len(data),
                                           np.frombuffer(data, dtype=np.uint8))
                 globals_[param] = storage.base()
+            elif kind == "PointerType":
+                views = _views_of_params(func).get(param, [])
+                data = _global_bytes(views[0], args.get(param.name), rng, name) if views else b""
+                size = max([len(data)] + [_view_bytes(v) for v in views])
+                init = np.zeros(size, dtype=np.uint8)
+                init[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+                storage = memory.allocate(param.name, "global", size, init)
+                globals_[param] = storage.base()
             elif param.name in args:
                 scalars[param] = int(args[param.name])
-            elif str(param.ty) == "handle":
-                storage = memory.allocate(param.name, "global", 0)
-                globals_[param] = storage.base()
         indices = _block_indices(program, blocks)
         report.blocks = len(indices)
         for index in indices:
