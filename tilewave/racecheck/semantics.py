@@ -297,7 +297,7 @@ def _mbarrier_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 
 @handles(_PTX + "fence_mbarrier_init", _PTX + "wgmma_fence", "tirx.cuda.wgmma_noop_barrier",
-         _PTX + "fence", _PTX + "bar_warp_sync")
+         _PTX + "fence", _PTX + "bar_warp_sync", _PTX + "setmaxnreg")
 def _no_effect(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     return 0
 
@@ -383,10 +383,18 @@ def _bulk_range(run: Any, threads: np.ndarray, node: Any, nbytes: int | None) ->
 
 
 def _tensor_map_bytes(run: Any, node: Any) -> int | None:
-    name = getattr(node, "name", None)
-    if name is None and isinstance(node, ir.expr.Call) and node.args:
-        name = getattr(node.args[0], "name", None)
-    return run.tensor_map_bytes.get(str(name)) if name is not None else None
+    """The box size given for the tensor-map parameter that ``node`` refers to."""
+    from tilewave.ir.walker import post_order_visit
+
+    found: list[int] = []
+
+    def visit(item: Any) -> None:
+        name = getattr(item, "name", None) if isinstance(item, ir.expr.Var) else None
+        if name is not None and str(name) in run.tensor_map_bytes:
+            found.append(run.tensor_map_bytes[str(name)])
+
+    post_order_visit(node, visit)
+    return found[0] if found else None
 
 
 def _issue_bulk(run: Any, threads: np.ndarray, storage: Any, offset: int, size: int,
@@ -409,6 +417,11 @@ def _bulk_load(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
         nbytes: int | None = _const(run, ops["size"][0], threads, "the copy size")
     else:
         nbytes = _tensor_map_bytes(run, ops["tmap"][0])
+        if nbytes is None:
+            raise MalformedKernelError(
+                f"racecheck: a TMA load {where(run.name, run.current_stmt())} copies a box "
+                "whose size lives in its host-side tensor map. Pass it: racecheck(..., "
+                "tensor_map_bytes={'<tensor-map parameter>': box_bytes}).")
     storage, offset, size = _bulk_range(run, threads, ops["dst_mem"][0], nbytes)
     units = _issue_bulk(run, threads, storage, offset, size, write=True)
     key, mstorage, _moff = _mbar_key(run, ops["mbar"][0], threads)
@@ -627,6 +640,24 @@ def _if_then_else(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
         out[~cond] = np.broadcast_to(run.ev(call.args[2], threads[~cond]),
                                      (int((~cond).sum()),))
     return out
+
+
+@handles("tirx.cuda.__shfl_xor_sync", "tirx.cuda.__shfl_sync", "tirx.cuda.__shfl_down_sync",
+         "tirx.cuda.__shfl_up_sync")
+def _shuffle(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
+    """Warp shuffles: each lane reads a value of another lane of its warp (CUDA semantics)."""
+    value = np.broadcast_to(np.asarray(run.ev(call.args[1], threads)), threads.shape)
+    arg = np.broadcast_to(np.asarray(run.ev(call.args[2], threads)), threads.shape)
+    width = _const(run, call.args[3], threads, "the shuffle width") if len(call.args) > 3 else 32
+    lane = threads % width
+    base = threads - lane
+    kind = call.op.name.rsplit(".", 1)[-1]
+    source = {"__shfl_xor_sync": lane ^ arg, "__shfl_sync": arg % width,
+              "__shfl_down_sync": np.where(lane + arg < width, lane + arg, lane),
+              "__shfl_up_sync": np.where(lane - arg >= 0, lane - arg, lane)}[kind] + base
+    position = {t: i for i, t in enumerate(threads.tolist())}
+    pick = np.asarray([position.get(s, i) for i, s in enumerate(source.tolist())])
+    return value[pick]
 
 
 @handles("tirx.likely", "tirx.reinterpret")
