@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 _NOISE_PREFIXES = ("Traceback", "File ", "[bt]", "Stack trace", "  ")
+_TARGET_JSON = re.compile(r"\{\"kind\".*\}")
 
 
 def error_summary(err: BaseException) -> str:
@@ -36,6 +37,8 @@ def error_summary(err: BaseException) -> str:
     lines = [ln.rstrip() for ln in str(err).splitlines()]
     meaningful = [ln for ln in lines if ln.strip() and not ln.startswith(_NOISE_PREFIXES)]
     text = meaningful[0].strip() if meaningful else ""
+    # TVM prints whole targets as JSON; the stage and target name are in tilewave's message.
+    text = _TARGET_JSON.sub("{...}", text).rstrip(":. ")
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 

@@ -29,7 +29,7 @@ from tvm.tirx import compilation_pipeline
 
 from tilewave.errors import UnknownTargetError, where
 from tilewave.pipeline import device_finalize_passes, lower
-from tilewave.targets import TargetInfo, get_target
+from tilewave.targets import TargetInfo, get_target, target_names
 
 __all__ = [
     "TILEWAVE_PIPELINE",
@@ -74,13 +74,17 @@ def bound_target(mod: tvm.IRModule, pipeline: str) -> TargetInfo:
             f"({listing}); tilewave lowers one GPU target per call. Compile them separately."
         )
     func_name, target = next(iter(targets.values()))
+    if target.kind.name not in ("cuda", "rocm"):
+        raise UnknownTargetError(
+            f"tir_pipeline={pipeline!r} {where(func_name)}: the kernel's target is "
+            f"{target.kind.name!r}, not a GPU (tvm.compile binds 'llvm' when no target= is "
+            f"given). tilewave lowers for {', '.join(target_names())}: pass the GPU target, "
+            'e.g. target={"kind": "cuda", "arch": "sm_90a"}.'
+        )
     try:
         return get_target(target)
     except UnknownTargetError as err:
-        raise UnknownTargetError(
-            f"tir_pipeline={pipeline!r} {where(func_name)}: {err} (tvm.compile binds 'llvm' "
-            "when no target= is given: pass the GPU target.)"
-        ) from None
+        raise UnknownTargetError(f"tir_pipeline={pipeline!r} {where(func_name)}: {err}") from None
 
 
 def _finalize_host() -> tvm.transform.Pass:
