@@ -131,3 +131,40 @@ def test_stripped_kernel_races_for_the_verifier(kind):
 @pytest.mark.parametrize("kind", sorted(KERNELS))
 def test_hand_kernel_verifies_clean(kind):
     assert find_shared_hazards(variant(kind, "hand"), "sm_90a") == []
+
+
+# --- benchmarks/real_kernels_h100.py --emit ----------------------------------------------
+
+
+def _failing_build() -> str:
+    raise RuntimeError("no such pass")
+
+
+def test_emit_writes_sources_sync_counts_and_failed_builds_as_rows(tmp_path, monkeypatch):
+    from example_loader import REPO_ROOT, load_module
+
+    bench = load_module(REPO_ROOT / "benchmarks" / "real_kernels_h100.py")
+    gemm = GEMM.family(*SMALL_GEMM)
+    family = VARIANTS.KernelFamily(
+        name=gemm.name,
+        problem=gemm.problem,
+        grid=gemm.grid,
+        block=gemm.block,
+        flops=gemm.flops,
+        variants=(
+            gemm.variants[0],
+            VARIANTS.BenchVariant("broken", "tilewave", _failing_build, "fails on purpose"),
+        ),
+    )
+    monkeypatch.setattr(bench, "load_families", lambda small: [family])
+    manifest = bench.emit_size(tmp_path, small=True)
+    entry = manifest["families"]["sm80_gemm"]
+    assert entry["problem"] == {"kind": "gemm_nt", "m": 256, "n": 256, "k": 256,
+                                "dtype": "float16"}
+    hand = entry["variants"]["hand"]
+    assert hand["kernel"] == "sm80_gemm_kernel" and hand["params"] == ["A", "B", "C"]
+    # commits: the two unrolled prologue copies and the loop's
+    assert hand["sync"] == {"barriers": 1, "waits": {"1": 1}, "wait_all": 0, "commits": 3}
+    assert (tmp_path / hand["file"]).read_text().count("mma.sync.aligned.m16n8k16") == 1
+    broken = entry["variants"]["broken"]
+    assert broken["error"] == "RuntimeError: no such pass" and "file" not in broken
