@@ -121,7 +121,8 @@ def _const(run: Any, node: Any, threads: np.ndarray, what: str) -> int:
 
 
 def _pointer(run: Any, node: Any, threads: np.ndarray) -> tuple[Any, np.ndarray]:
-    return run.resolve(_value(run, node, threads), node)
+    values = node.values if isinstance(node, _Pointer) else _value(run, node, threads)
+    return run.resolve(values, node)
 
 
 def _write_register(run: Any, node: Any, threads: np.ndarray, value: Any) -> None:
@@ -297,7 +298,9 @@ def _mbarrier_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 
 @handles(_PTX + "fence_mbarrier_init", _PTX + "wgmma_fence", "tirx.cuda.wgmma_noop_barrier",
-         _PTX + "fence", _PTX + "bar_warp_sync", _PTX + "setmaxnreg")
+         _PTX + "fence", _PTX + "bar_warp_sync", _PTX + "setmaxnreg",
+         # LDS operations complete at issue in this model, so their counter waits add nothing
+         "llvm.amdgcn.s.wait.dscnt")
 def _no_effect(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     return 0
 
@@ -357,6 +360,32 @@ def _cp_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 def _cp_wait_all(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     run.cp_async.wait(threads, 0, include_open=True)
     return 0
+
+
+@handles("llvm.amdgcn.global.load.lds")
+def _lds_dma(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
+    """gfx9 LDS DMA: lane ``l`` of a wave copies ``size`` bytes to the wave-uniform LDS base
+    + offset + ``l * size`` (CDNA3 ISA, "buffer/global load to LDS"); done at ``vmcnt``."""
+    args = list(call.args)[1:]  # after the intrinsic id
+    size = _const(run, args[2], threads, "the copy size")
+    offset = _const(run, args[3], threads, "the LDS offset")
+    wave = run.target.wave_size
+    dst, base = _pointer(run, args[1], threads)
+    lanes = threads % wave
+    first = {}
+    for thread, b in zip((threads // wave).tolist(), base.tolist(), strict=True):
+        first.setdefault(thread, b)  # M0 holds one base per wave: lane 0's view of it
+    wave_base = np.asarray([first[w] for w in (threads // wave).tolist()], dtype=np.int64)
+    dst_ptr = dst.base() + wave_base + offset + lanes * size
+    _async_copy(run, threads, _Pointer(dst_ptr), args[0], size, call)
+    return 0
+
+
+class _Pointer:
+    """A pointer operand whose per-thread values are already known (not a TIR expression)."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
 
 
 @handles("llvm.amdgcn.s.waitcnt")
