@@ -61,8 +61,9 @@ def kernel_macros() -> Any:
     """The TVMScript macros both sm_90a GEMMs are built from; needs TVM.
 
     They are unhygienic: they use the caller's ``ready``, ``full``, ``A_s``, ``B_s``,
-    ``C_s``, ``acc``, ``desc_a``, ``desc_b``, ``A_map``, ``B_map``, ``C_map``, ``bm``, ``bn``,
-    ``lane`` and this module's tile constants (a caller in another module imports them).
+    ``C_s`` (fp16 pairs as ``uint32``), ``acc``, ``packed``, ``desc_a``, ``desc_b``,
+    ``A_map``, ``B_map``, ``C_map``, ``bm``, ``bn``, ``lane`` and this module's tile
+    constants (a caller in another module imports them).
     """
     from types import SimpleNamespace
 
@@ -82,11 +83,11 @@ def kernel_macros() -> Any:
             T.address_of(full[stage]), T.uint32(STAGE_BYTES)
         )
         T.ptx[TMA_LOAD](
-            T.address_of(A_s[stage * A_TILE]), A_map, kt * BLOCK_K, bm * BLOCK_M,
+            T.address_of(A_s[stage * A_TILE]), T.address_of(A_map), kt * BLOCK_K, bm * BLOCK_M,
             T.address_of(full[stage]),
         )
         T.ptx[TMA_LOAD](
-            T.address_of(B_s[stage * B_TILE]), B_map, kt * BLOCK_K, bn * BLOCK_N,
+            T.address_of(B_s[stage * B_TILE]), T.address_of(B_map), kt * BLOCK_K, bn * BLOCK_N,
             T.address_of(full[stage]),
         )
 
@@ -113,24 +114,28 @@ def kernel_macros() -> Any:
 
     @T.macro(hygienic=False)
     def store_accumulators(row):
-        # accumulator (row (+8), 8j + 2(lane % 4) + e) -> the swizzled 128 x 64 C boxes
+        # accumulators (row (+8), 8j + 2(lane % 4) + {0, 1}) -> one 32-bit word of the
+        # swizzled 128 x 64 C boxes. Pairs are converted by one cvt.rn.f16x2.f32 (high half
+        # first): single cvt.rn.f16.f32 conversions make ptxas serialise the K loop's
+        # wgmmas (C7514).
         for j in T.unroll(BLOCK_N // 8):
             for h in T.unroll(2):
-                for e in T.unroll(2):
-                    C_s[
-                        j // 8 * BLOCK_M * STORE_COLS
-                        + (row + h * 8) * STORE_COLS
-                        + T.bitwise_xor(j % 8, lane // 4) * 8
-                        + lane % 4 * 2
-                        + e
-                    ] = T.Cast("float16", acc[j * 4 + h * 2 + e])
+                T.ptx["cvt.rn.f16x2.f32"](
+                    packed[0], acc[j * 4 + h * 2 + 1], acc[j * 4 + h * 2]
+                )
+                C_s[
+                    j // 8 * BLOCK_M * STORE_COLS // 2
+                    + (row + h * 8) * STORE_COLS // 2
+                    + T.bitwise_xor(j % 8, lane // 4) * 4
+                    + lane % 4
+                ] = packed[0]
 
     @T.macro(hygienic=False)
     def store_tile():
         for box in range(BLOCK_N // STORE_COLS):
             T.ptx[TMA_STORE](
-                C_map, bn * BLOCK_N + box * STORE_COLS, bm * BLOCK_M,
-                T.address_of(C_s[box * BLOCK_M * STORE_COLS]),
+                T.address_of(C_map), bn * BLOCK_N + box * STORE_COLS, bm * BLOCK_M,
+                T.address_of(C_s[box * BLOCK_M * STORE_COLS // 2]),
             )
         T.ptx.cp.async_.bulk.commit_group()
         T.ptx.cp.async_.bulk.wait_group.read(0)
@@ -162,13 +167,14 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
             for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
                 A_s = T.alloc_buffer((STAGES * A_TILE,), "float16", scope="shared.dyn")
                 B_s = T.alloc_buffer((STAGES * B_TILE,), "float16", scope="shared.dyn")
-                C_s = T.alloc_buffer((BLOCK_M * BLOCK_N,), "float16", scope="shared.dyn")
+                C_s = T.alloc_buffer((BLOCK_M * BLOCK_N // 2,), "uint32", scope="shared.dyn")
                 full = T.alloc_buffer((STAGES,), "uint64", scope="shared.dyn")
                 empty = T.alloc_buffer((STAGES,), "uint64", scope="shared.dyn")
                 acc = T.alloc_buffer((ACC_REGS,), "float32", scope="local")
                 desc_a = T.alloc_buffer((1,), "uint64", scope="local")
                 desc_b = T.alloc_buffer((1,), "uint64", scope="local")
                 ready = T.alloc_buffer((1,), "uint32", scope="local")
+                packed = T.alloc_buffer((1,), "uint32", scope="local")
                 group = bx // (GROUP_M * n_tiles)
                 bm = group * GROUP_M + bx % GROUP_M
                 bn = bx % (GROUP_M * n_tiles) // GROUP_M

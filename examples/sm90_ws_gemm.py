@@ -89,13 +89,14 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
             for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
                 A_s = T.alloc_buffer((STAGES * A_TILE,), "float16", scope="shared.dyn")
                 B_s = T.alloc_buffer((STAGES * B_TILE,), "float16", scope="shared.dyn")
-                C_s = T.alloc_buffer((BLOCK_M * BLOCK_N,), "float16", scope="shared.dyn")
+                C_s = T.alloc_buffer((BLOCK_M * BLOCK_N // 2,), "uint32", scope="shared.dyn")
                 full = T.alloc_buffer((STAGES,), "uint64", scope="shared.dyn")
                 empty = T.alloc_buffer((STAGES,), "uint64", scope="shared.dyn")
                 acc = T.alloc_buffer((ACC_REGS,), "float32", scope="local")
                 desc_a = T.alloc_buffer((1,), "uint64", scope="local")
                 desc_b = T.alloc_buffer((1,), "uint64", scope="local")
                 ready = T.alloc_buffer((1,), "uint32", scope="local")
+                packed = T.alloc_buffer((1,), "uint32", scope="local")
                 group = bx // (GROUP_M * n_tiles)
                 bm = group * GROUP_M + bx % GROUP_M
                 bn = bx % (GROUP_M * n_tiles) // GROUP_M

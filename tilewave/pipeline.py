@@ -44,6 +44,7 @@ from tilewave.input_checks import (
 from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
+from tilewave.transforms import shared_layout
 from tilewave.transforms.hazard_invariant import checked_barrier_pass
 from tilewave.transforms.inject_fence_proxy import InjectFenceProxy
 from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
@@ -151,7 +152,14 @@ STAGES: tuple[Stage, ...] = (
     _tvm("s_tir.ConvertBlocksToOpaque", s_tir.transform.ConvertBlocksToOpaque),
     _tvm("s_tir.LiftThreadBinding", s_tir.transform.LiftThreadBinding),
     _tvm("s_tir.ManifestSharedMemoryLocalStage", s_tir.transform.ManifestSharedMemoryLocalStage),
-    _tvm("s_tir.CompactBufferAllocation", s_tir.transform.CompactBufferAllocation),
+    # TVM's CompactBufferAllocation / StorageRewrite (same names, so disabled_pass still
+    # works) and tilewave's PlanSharedLayout instead of MergeSharedMemoryAllocations: safe
+    # for shared tiles reached through their address (TMA, wgmma descriptors, mbarriers)
+    Stage(
+        "s_tir.CompactBufferAllocation",
+        lambda t, o: shared_layout.CompactBufferAllocation(),
+        origin="tilewave",
+    ),
     _tvm("s_tir.LowerAutoCopy", s_tir.transform.LowerAutoCopy),
     _tvm("s_tir.UnifyThreadBinding", s_tir.transform.UnifyThreadBinding),
     _tvm("s_tir.LowerMatchBuffer", s_tir.transform.LowerMatchBuffer),
@@ -173,10 +181,11 @@ STAGES: tuple[Stage, ...] = (
     ),
     _tvm("s_tir.InjectVirtualThread", s_tir.transform.InjectVirtualThread),
     _tvm("s_tir.InjectDoubleBuffer", s_tir.transform.InjectDoubleBuffer),
-    _tvm(
+    Stage(
         "tirx.StorageRewrite",
-        tirx.transform.StorageRewrite,
+        lambda t, o: shared_layout.StorageRewrite(),
         _config("tirx.disable_storage_rewrite", False),
+        origin="tilewave",
     ),
     _tvm("s_tir.LowerAsyncDMA", s_tir.transform.LowerAsyncDMA, _config("tirx.use_async_copy")),
     _tvm("s_tir.HoistIfThenElse", s_tir.transform.HoistIfThenElse),
@@ -236,7 +245,11 @@ STAGES: tuple[Stage, ...] = (
         _config("tirx.use_async_copy"),
     ),
     _tvm("s_tir.InjectPTXLDG32", s_tir.transform.InjectPTXLDG32, _config("tirx.s_tir.ldg32")),
-    _tvm("s_tir.MergeSharedMemoryAllocations", s_tir.transform.MergeSharedMemoryAllocations),
+    Stage(
+        "tilewave.PlanSharedLayout",
+        lambda t, o: shared_layout.PlanSharedLayout(),
+        origin="tilewave",
+    ),
     _tvm("tirx.SplitHostDevice", tirx.transform.SplitHostDevice),
     _tvm("tirx.MakePackedAPI", tirx.transform.MakePackedAPI),
     _tvm("tirx.FP8StorageLegalize", tirx.transform.FP8StorageLegalize),
