@@ -47,6 +47,7 @@ from tilewave.examples_builtin import block_sum, tiled_transpose
 from tilewave.ir.walker import TIRVisitor, substitute
 from tilewave.pipeline import stages_for
 from tilewave.targets import get_target
+from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
 REPO = Path(__file__).resolve().parents[1]
 SYNC_STAGE = "tilewave.InsertSharedBarriers"
@@ -414,7 +415,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default="sm_90a")
     parser.add_argument("--only", help="one kernel name")
     args = parser.parse_args(argv)
-    from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
     info = get_target(args.target)
     print(f"target {args.target}; counts are inserted statements (output minus input)")
