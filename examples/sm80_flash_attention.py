@@ -4,8 +4,8 @@
 in and out, fp32 scores and accumulators, non-causal). One block handles 128 query rows of one
 head with 4 warps (32 rows each, two m16 tiles) and walks the keys in tiles of 64:
 
-* ``Q`` goes straight from global memory into ``mma`` A fragments once per block (``Q`` is
-  read as ``uint32`` pairs of fp16);
+* ``Q`` goes straight from global memory into ``mma`` A fragments once per block (``Q`` and
+  ``Out`` are declared as ``uint32`` pairs of fp16; ``Out`` is stored one ``half2`` at a time);
 * each 64x64 tile of ``K`` and of ``V`` goes global -> shared with ``cp.async.cg``, XOR-swizzled
   (16-byte chunk ``c`` of row ``r`` at chunk ``c ^ (r % 8)``);
 * ``S = Q K^T`` with ``ldmatrix.x4`` + ``mma.sync.m16n8k16``; the online softmax keeps each
@@ -197,12 +197,17 @@ def _kernel(bh: int, seq: int, mode: str):
             stat[0] = stat[0] + T.cuda.__shfl_xor_sync(T.uint32(FULL_MASK), stat[0], 2, 32)
             stat[1] = T.float32(1) / stat[0]
             for dn in T.unroll(8):
-                for e in T.unroll(2):
-                    Out[
-                        head,
-                        q0 + warp * 32 + (r // 2) * 16 + lane // 4 + (r % 2) * 8,
-                        dn * 8 + (lane % 4) * 2 + e,
-                    ] = T.Cast("float16", oacc[((r // 2) * 8 + dn) * 4 + (r % 2) * 2 + e] * stat[1])
+                # two adjacent output columns leave as one packed half2 word
+                T.ptx["cvt.rn.f16x2.f32"](
+                    pf[0],
+                    oacc[((r // 2) * 8 + dn) * 4 + (r % 2) * 2 + 1] * stat[1],
+                    oacc[((r // 2) * 8 + dn) * 4 + (r % 2) * 2] * stat[1],
+                )
+                Out[
+                    head,
+                    q0 + warp * 32 + (r // 2) * 16 + lane // 4 + (r % 2) * 8,
+                    dn * 4 + lane % 4,
+                ] = pf[0]
 
     if mode == "hand":
 
@@ -211,7 +216,7 @@ def _kernel(bh: int, seq: int, mode: str):
             Q: T.Buffer((bh, seq, DIM // 2), "uint32"),
             K: T.Buffer((bh, seq, DIM), "float16"),
             V: T.Buffer((bh, seq, DIM), "float16"),
-            Out: T.Buffer((bh, seq, DIM), "float16"),
+            Out: T.Buffer((bh, seq, DIM // 2), "uint32"),
         ):
             for bx in T.thread_binding(bh * q_blocks, thread="blockIdx.x"):
                 for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
@@ -253,7 +258,7 @@ def _kernel(bh: int, seq: int, mode: str):
         Q: T.Buffer((bh, seq, DIM // 2), "uint32"),
         K: T.Buffer((bh, seq, DIM), "float16"),
         V: T.Buffer((bh, seq, DIM), "float16"),
-        Out: T.Buffer((bh, seq, DIM), "float16"),
+        Out: T.Buffer((bh, seq, DIM // 2), "uint32"),
     ):
         for bx in T.thread_binding(bh * q_blocks, thread="blockIdx.x"):
             for tx in T.thread_binding(THREADS, thread="threadIdx.x"):

@@ -1,8 +1,9 @@
 """An fp16 GEMM written with sm_80 instructions, in three synchronisation variants.
 
 ``C = A @ B.T`` with ``A`` (M x K), ``B`` (N x K, the ``nn.Linear`` weight layout), fp16 in,
-fp32 accumulate, fp16 out. One block computes a 128x128 tile of ``C`` with 4 warps (2 x 2, a
-64x64 tile each), stepping over K in 32-wide slices:
+fp32 accumulate, fp16 out (``C`` is declared as ``uint32`` pairs of fp16: the epilogue stores
+one packed ``half2`` word per pair of adjacent columns). One block computes a 128x128 tile
+of ``C`` with 4 warps (2 x 2, a 64x64 tile each), stepping over K in 32-wide slices:
 
 * the slices of ``A`` and ``B`` go global -> shared with ``cp.async.cg`` (16 bytes a thread);
 * the shared tiles are XOR-swizzled: 16-byte chunk ``c`` of row ``r`` is stored at chunk
@@ -127,13 +128,19 @@ def _kernel(m: int, n: int, k: int, mode: str):
 
     @T.macro(hygienic=False)
     def store_tile():
+        # Each accumulator pair (two adjacent columns) leaves as one packed half2 word.
         for mi in T.unroll(4):
             for ni in T.unroll(8):
-                for i in T.unroll(4):
+                for h in T.unroll(2):
+                    T.ptx["cvt.rn.f16x2.f32"](
+                        packed[0],
+                        acc[(mi * 8 + ni) * 4 + h * 2 + 1],
+                        acc[(mi * 8 + ni) * 4 + h * 2],
+                    )
                     C[
-                        bm * BLOCK_M + wm * 64 + mi * 16 + lane // 4 + (i // 2) * 8,
-                        bn * BLOCK_N + wn * 64 + ni * 8 + (lane % 4) * 2 + i % 2,
-                    ] = T.Cast("float16", acc[(mi * 8 + ni) * 4 + i])
+                        bm * BLOCK_M + wm * 64 + mi * 16 + lane // 4 + h * 8,
+                        bn * (BLOCK_N // 2) + wn * 32 + ni * 4 + lane % 4,
+                    ] = packed[0]
 
     if mode == "hand":
 
@@ -141,7 +148,7 @@ def _kernel(m: int, n: int, k: int, mode: str):
         def sm80_gemm(
             A: T.Buffer((m, k), "float16"),
             B: T.Buffer((n, k), "float16"),
-            C: T.Buffer((m, n), "float16"),
+            C: T.Buffer((m, n // 2), "uint32"),
         ):
             for bx in T.thread_binding(blocks, thread="blockIdx.x"):
                 for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
@@ -150,6 +157,7 @@ def _kernel(m: int, n: int, k: int, mode: str):
                     af = T.alloc_buffer((16,), "uint32", scope="local")
                     bf = T.alloc_buffer((16,), "uint32", scope="local")
                     acc = T.alloc_buffer((128,), "float32", scope="local")
+                    packed = T.alloc_buffer((1,), "uint32", scope="local")
                     group: T.let[T.int32] = bx // (group_m * n_tiles)
                     bm: T.let[T.int32] = group * group_m + bx % group_m
                     bn: T.let[T.int32] = bx % (group_m * n_tiles) // group_m
@@ -180,7 +188,7 @@ def _kernel(m: int, n: int, k: int, mode: str):
     def sm80_gemm(
         A: T.Buffer((m, k), "float16"),
         B: T.Buffer((n, k), "float16"),
-        C: T.Buffer((m, n), "float16"),
+        C: T.Buffer((m, n // 2), "uint32"),
     ):
         for bx in T.thread_binding(blocks, thread="blockIdx.x"):
             for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
@@ -189,6 +197,7 @@ def _kernel(m: int, n: int, k: int, mode: str):
                 af = T.alloc_buffer((16,), "uint32", scope="local")
                 bf = T.alloc_buffer((16,), "uint32", scope="local")
                 acc = T.alloc_buffer((128,), "float32", scope="local")
+                packed = T.alloc_buffer((1,), "uint32", scope="local")
                 group: T.let[T.int32] = bx // (group_m * n_tiles)
                 bm: T.let[T.int32] = group * group_m + bx % group_m
                 bn: T.let[T.int32] = bx % (group_m * n_tiles) // group_m
