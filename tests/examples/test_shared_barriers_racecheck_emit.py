@@ -11,7 +11,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "shared_barriers_ra
 GENERATED = EXAMPLE.parent / "generated" / "shared_barriers"
 KERNELS = {"reverse", "transpose", "stencil", "loop_tile", "warp_specialized"}
 VARIANTS = {"stripped", "tilewave-basic", "tilewave-split"}
-NAMED_VARIANTS = {"stripped", "tilewave-named", "named-all-sync"}  # warp-specialised
+NAMED_VARIANTS = {"stripped", "tilewave-named", "hand-arrive", "named-all-sync"}
 
 
 def load_example():
@@ -102,6 +102,43 @@ def test_all_sync_diagnostic_is_the_named_kernel_with_syncs_for_arrives(emitted)
                                      "tvm_builtin_ptx_bar_sync_count_sync(")
     assert spec["named-all-sync"]["verifier_hazards"] == 0
     assert "named-all-sync" not in load_example().TILEWAVE_VARIANTS  # shown, not judged
+
+
+def _named_branches(out, spec, variant):
+    body = kernel_body((out / spec[variant]["file"]).read_text(), "warp_specialized_kernel")
+    loop = body[body.index("for (int k = 0;"):]
+    return loop.split("} else {", 1)
+
+
+ARRIVE = "tvm_builtin_ptx_bar_arrive_arrive((uint){}, (uint)256);"
+SYNC = "tvm_builtin_ptx_bar_sync_count_sync((uint){}, (uint)256);"
+
+
+def test_hand_arrive_variant_is_the_kernel_as_written(emitted):
+    out, manifest = emitted
+    spec = manifest["kernels"]["warp_specialized"]["variants"]
+    producer, consumer = _named_branches(out, spec, "hand-arrive")
+    assert producer.index(ARRIVE.format(1)) < producer.index(SYNC.format(2))
+    assert consumer.index(SYNC.format(1)) < consumer.index("S_ptr[") < consumer.index(
+        ARRIVE.format(2))
+    assert spec["hand-arrive"]["verifier_hazards"] == 0
+    assert "hand-arrive" not in load_example().TILEWAVE_VARIANTS  # shown, not judged
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 11 decision: the consumers signal WAR with bar.sync (racecheck-clean); "
+    "InsertSharedBarriers still emits bar.arrive there (insert_shared_barriers.py, the "
+    "consumer's named_arrive(war, n)). Drop this mark when the pass changes, and re-emit "
+    "examples/generated/shared_barriers.",
+)
+def test_consumers_signal_war_with_bar_sync(emitted):
+    out, manifest = emitted
+    spec = manifest["kernels"]["warp_specialized"]["variants"]
+    producer, consumer = _named_branches(out, spec, "tilewave-named")
+    assert consumer.index("S_ptr[") < consumer.index(SYNC.format(2))
+    assert "bar_arrive" not in consumer
+    assert producer.index(ARRIVE.format(1)) < producer.index(SYNC.format(2))
 
 
 def test_loop_tile_gets_the_war_barrier_of_the_next_iteration(emitted):
