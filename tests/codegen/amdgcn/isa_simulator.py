@@ -391,7 +391,8 @@ class Simulator:
         if op in _SALU or op.startswith("s_cmp_") or op == "s_and_saveexec_b64":
             self.salu(w, ins)
             return None
-        if op in _VALU or op.startswith("v_cmp_") or op == "v_readfirstlane_b32":
+        if op in _VALU or op.startswith("v_cmp_") or op in ("v_readfirstlane_b32",
+                                                            "v_cndmask_b32_e64"):
             self.valu(w, ins)
             return None
         raise SimulationError(f"unsupported instruction `{ins.line}`")
@@ -467,7 +468,7 @@ class Simulator:
             return
         kind, fn = _VALU[op]
         srcs = [self.vsrc(w, t, kind) for t in o[1:]]
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(all="ignore"):  # IEEE results (inf, NaN) are what the ops give
             self.vdst(w, o[0], fn(*srcs))
 
     # -- memory --------------------------------------------------------------------------

@@ -66,10 +66,22 @@ def test_power_of_two_divide_modulo_multiply_become_shifts_and_masks():
     assert "v_mul_lo_u32" not in text
 
 
-def test_non_power_of_two_division_is_a_clear_error():
+@T.prim_func
+def div_by_argument(A: T.Buffer((64,), "int32"), B: T.Buffer((64,), "int32"), d: T.int32):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        B[tx] = A[tx] // d
+
+
+def test_division_by_a_constant_is_a_multiply_high_not_a_division():
+    text = body(div_by_three)
+    assert "v_mul_hi_i32" in text  # the dividend may be negative: the signed form
+
+
+def test_division_by_a_variable_is_a_clear_error():
     with pytest.raises(MalformedKernelError,
-                       match=r"div_by_three_kernel.*floordiv by 3, which is not a power of two"):
-        body(div_by_three)
+                       match=r"div_by_argument_kernel.*floordiv by a non-constant or "
+                             r"non-positive divisor"):
+        body(div_by_argument)
 
 
 def test_split_barrier_on_gfx942_names_the_target():

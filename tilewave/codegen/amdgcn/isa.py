@@ -44,7 +44,7 @@ _SALU = (
     "s_mov_b32 s_mov_b64 s_add_u32 s_sub_u32 s_add_i32 s_sub_i32 s_mul_i32 s_lshl_b32 "
     "s_lshr_b32 s_ashr_i32 s_and_b32 s_or_b32 s_xor_b32 s_and_b64 s_or_b64 s_andn2_b64 "
     "s_and_saveexec_b64 s_cselect_b32 s_min_i32 s_max_i32 s_min_u32 s_max_u32 s_nop "
-    "s_lshl_add_u32"
+    "s_lshl_add_u32 s_mul_hi_u32 s_mul_hi_i32 s_not_b32"
 ).split()
 _SCMP = [f"s_cmp_{c}_{t}" for c in ("eq", "lg", "lt", "le", "gt", "ge") for t in ("i32", "u32")]
 _VOP2 = {  # opcode: commutes
@@ -75,19 +75,24 @@ _VOP2 = {  # opcode: commutes
 }
 _VOP1 = (
     "v_mov_b32 v_mov_b64 v_cvt_f32_f16 v_cvt_f16_f32 v_cvt_f32_i32 v_cvt_i32_f32 v_cvt_f32_u32 "
-    "v_readfirstlane_b32"
+    "v_cvt_u32_f32 v_readfirstlane_b32 v_rndne_f32 v_not_b32 v_cvt_f64_f32 v_cvt_f32_f64 "
+    "v_cvt_f64_i32 v_cvt_i32_f64"
 ).split()
 _TRANS = ("v_rcp_f32 v_exp_f32 v_log_f32 v_sqrt_f32 v_rsq_f32 v_rcp_f16 v_exp_f16").split()
 _VOP3 = (
     "v_mul_lo_u32 v_lshl_add_u32 v_lshl_or_b32 v_add3_u32 v_or3_b32 v_fma_f32 v_fma_f16 "
     "v_bfe_u32 v_mad_u32_u24 v_cndmask_b32_e64 v_mbcnt_lo_u32_b32 v_mbcnt_hi_u32_b32 "
-    "v_readlane_b32 v_writelane_b32 v_pk_fma_f16"
+    "v_readlane_b32 v_writelane_b32 v_pk_fma_f16 v_bfe_i32 v_mul_hi_u32 v_mul_hi_i32 "
+    "v_ldexp_f32 v_div_scale_f32 v_div_fmas_f32 v_div_fixup_f32 v_add_f64 v_mul_f64 "
+    "v_fma_f64 v_max_f64 v_min_f64"
 ).split()
+# kernel-IR names of v_fma_f32 with a negated source (render.py prints the '-')
+_VOP3 += ["v_fma_f32_nega", "v_fma_f32_negc"]
 _VCMP = [
     f"v_cmp_{c}_{t}_e64"
-    for c in ("eq", "ne", "lt", "le", "gt", "ge")
+    for c in ("eq", "ne", "lt", "le", "gt", "ge", "ngt", "nlt")
     for t in ("i32", "u32", "f32", "f16")
-]
+] + ["v_cmp_class_f32_e64"]
 
 _TABLE: dict[str, OpInfo] = {}
 _TABLE.update({op: OpInfo("salu") for op in _SALU + _SCMP})
@@ -104,6 +109,8 @@ _TABLE.update(
             "buffer_load_dwordx2",
             "buffer_load_dwordx4",
             "buffer_load_ushort",
+            "buffer_load_ubyte",
+            "buffer_load_sbyte",
         )
     }
 )
@@ -115,6 +122,7 @@ _TABLE.update(
             "buffer_store_dwordx2",
             "buffer_store_dwordx4",
             "buffer_store_short",
+            "buffer_store_byte",
             # LDS DMA (gather-to-LDS): the data goes to LDS (M0 + lane offset), not to a
             # VGPR. dword on gfx942 and gfx950, dwordx4 on gfx950 only.
             "buffer_load_dword_lds",
@@ -123,12 +131,14 @@ _TABLE.update(
     }
 )
 _TABLE.update(
-    {op: OpInfo("ds") for op in ("ds_read_b32", "ds_read_b64", "ds_read_b128", "ds_read_u16")}
+    {op: OpInfo("ds") for op in ("ds_read_b32", "ds_read_b64", "ds_read_b128", "ds_read_u16",
+                                 "ds_read_u8", "ds_read_i8")}
 )
 _TABLE.update(
     {
         op: OpInfo("ds", is_store=True)
-        for op in ("ds_write_b32", "ds_write_b64", "ds_write_b128", "ds_write_b16")
+        for op in ("ds_write_b32", "ds_write_b64", "ds_write_b128", "ds_write_b16",
+                   "ds_write_b8")
     }
 )
 _TABLE.update(

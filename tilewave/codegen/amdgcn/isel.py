@@ -18,6 +18,7 @@ data become ``dwordx2/x4`` (``ds_*_b64/b128``) accesses when the index is provab
 from __future__ import annotations
 
 import itertools
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.codegen.amdgcn.isa import op_info
+from tilewave.codegen.amdgcn.isel_ops import OpSelection
 from tilewave.codegen.amdgcn.kir import (
     Imm,
     Instr,
@@ -53,9 +55,13 @@ MAX_BUFFER_OFFSET = 4095  # MUBUF 12-bit unsigned offset field
 MAX_DS_OFFSET = 65535  # DS 16-bit unsigned offset field
 
 # uint16: TVM's lowering stores bfloat16 buffers as uint16 (BF16 storage legalisation)
-_ELEM_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "uint16": 2}
-_INT_TYPES = ("int32", "uint32")
+_ELEM_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "uint16": 2,
+               "int8": 1, "uint8": 1, "float64": 8}
+# 8/16-bit integers live in 32-bit registers sign- (int8) or zero-extended (uint8, uint16)
+_NARROW_INTS = {"int8": 8, "uint8": 8, "uint16": 16}
+_INT_TYPES = ("int32", "uint32", *_NARROW_INTS)
 _FLOAT_TYPES = ("float32", "float16")
+_FLOAT_FUNCTIONS = frozenset({"exp", "exp2", "log", "log2", "sqrt", "rsqrt", "fabs"})
 
 # Integer ops: kind -> (SALU opcode, VALU opcode, VALU operands reversed?)
 _INT_OPS: dict[str, tuple[str, str, bool]] = {
@@ -75,7 +81,8 @@ _INT_OPS: dict[str, tuple[str, str, bool]] = {
 _FLOAT_OPS: dict[tuple[str, str], str] = {
     (k, t): f"v_{k}_{t.replace('float', 'f')}"
     for k in ("add", "sub", "mul", "max", "min", "fma")
-    for t in _FLOAT_TYPES
+    for t in (*_FLOAT_TYPES, "float64")
+    if (k, t) != ("sub", "float64")  # no v_sub_f64: a + (-b)
 }
 _CMP = {tirx.LT: "lt", tirx.LE: "le", tirx.GT: "gt", tirx.GE: "ge", tirx.EQ: "eq", tirx.NE: "ne"}
 _SWAPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
@@ -84,6 +91,12 @@ _CONVERT = {  # (from, to) -> VALU opcode
     ("float32", "float16"): "v_cvt_f16_f32",
     ("int32", "float32"): "v_cvt_f32_i32",
     ("float32", "int32"): "v_cvt_i32_f32",
+    ("uint32", "float32"): "v_cvt_f32_u32",
+    ("float32", "uint32"): "v_cvt_u32_f32",
+    ("float32", "float64"): "v_cvt_f64_f32",
+    ("float64", "float32"): "v_cvt_f32_f64",
+    ("int32", "float64"): "v_cvt_f64_i32",
+    ("float64", "int32"): "v_cvt_i32_f64",
 }
 _TIR_BINARY = {
     tirx.Add: "add",
@@ -95,6 +108,11 @@ _TIR_BINARY = {
     tirx.FloorMod: "floormod",
     tirx.LShift: "shl",
     tirx.RShift: "ashr",
+    tirx.BitwiseAnd: "and",
+    tirx.BitwiseOr: "or",
+    tirx.BitwiseXor: "xor",
+    tirx.Div: "truncdiv",  # integers; float division is "fdiv"
+    tirx.Mod: "truncmod",
 }
 _TIR_CALL_BINARY = {
     "tirx.bitwise_and": "and",
@@ -104,19 +122,24 @@ _TIR_CALL_BINARY = {
     "tirx.shift_right": "ashr",
 }
 _GLOBAL_LOAD = {
+    1: "buffer_load_ubyte",
     2: "buffer_load_ushort",
     4: "buffer_load_dword",
     8: "buffer_load_dwordx2",
     16: "buffer_load_dwordx4",
 }
 _GLOBAL_STORE = {
+    1: "buffer_store_byte",
     2: "buffer_store_short",
     4: "buffer_store_dword",
     8: "buffer_store_dwordx2",
     16: "buffer_store_dwordx4",
 }
-_DS_READ = {2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64", 16: "ds_read_b128"}
-_DS_WRITE = {2: "ds_write_b16", 4: "ds_write_b32", 8: "ds_write_b64", 16: "ds_write_b128"}
+_DS_READ = {1: "ds_read_u8", 2: "ds_read_u16", 4: "ds_read_b32", 8: "ds_read_b64",
+            16: "ds_read_b128"}
+_DS_WRITE = {1: "ds_write_b8", 2: "ds_write_b16", 4: "ds_write_b32", 8: "ds_write_b64",
+             16: "ds_write_b128"}
+_SIGNED_LOAD = {"buffer_load_ubyte": "buffer_load_sbyte", "ds_read_u8": "ds_read_i8"}
 _MFMA = {
     "llvm.amdgcn.mfma.f32.16x16x16f16": ("v_mfma_f32_16x16x16_f16", "float16"),
     "llvm.amdgcn.mfma.f32.16x16x16bf16.1k": ("v_mfma_f32_16x16x16_bf16", "bfloat16"),
@@ -159,6 +182,27 @@ class _Buffer:
             assert isinstance(d, int), "symbolic shapes exist for global buffers only"
             n *= d
         return n
+
+
+_DIVISIONS = ("floordiv", "floormod", "truncdiv", "truncmod")
+
+
+def _select_parts(expr: object) -> tuple[object, object, object] | None:
+    """(condition, true value, false value) of a ``Select`` or ``if_then_else``, else None."""
+    if isinstance(expr, tirx.Select):
+        return expr.condition, expr.true_value, expr.false_value
+    if (isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op)
+            and str(expr.op.name) in ("prim.if_then_else", "tirx.if_then_else")):
+        return tuple(expr.args)  # type: ignore[return-value]
+    return None
+
+
+def _is_abs(cond: object, true: object, false: object) -> bool:
+    """``x if 0 <= x else 0 - x`` (TVM's integer ``abs``)."""
+    return (isinstance(cond, tirx.LE) and _const(cond.a) == 0
+            and isinstance(false, tirx.Sub) and _const(false.a) == 0
+            and tvm_ffi.structural_equal(cond.b, true)
+            and tvm_ffi.structural_equal(false.b, true))
 
 
 def _short(expr: object, limit: int = 80) -> str:
@@ -208,7 +252,7 @@ def split_constant(expr: object) -> tuple[object | None, int]:
     return expr, 0
 
 
-class _Selector:
+class _Selector(OpSelection):
     def __init__(self, func: tirx.PrimFunc, info: TargetInfo) -> None:
         self.func = func
         self.info = info
@@ -546,6 +590,8 @@ class _Selector:
                 # slice of it is a legal VGPR tuple and the accumulator chains in place
                 whole = VReg("v", buf.numel, 2, name=var.name)
                 buf.regs = [Sub(whole, i) for i in range(buf.numel)]
+            elif buf.elem_bytes == 8:
+                buf.regs = [VReg("v", 2, 2) for _ in range(buf.numel)]
             else:
                 buf.regs = [self.vreg("v") for _ in range(buf.numel)]
         else:
@@ -876,8 +922,14 @@ class _Selector:
         if cls in _TIR_BINARY:
             kind = _TIR_BINARY[cls]
             a, b = expr.a, expr.b
-            if kind == "ashr" and dtype == "uint32":
+            if kind == "ashr" and dtype in ("uint32", "uint8", "uint16"):
                 kind = "lshr"
+            if kind == "truncdiv" and dtype not in _INT_TYPES:
+                kind = "fdiv"
+            if kind in ("floordiv", "floormod", "truncdiv", "truncmod") and (
+                dtype.startswith("uint") or self.bits.facts(a).non_negative
+            ):
+                kind += ":nn"  # a non-negative dividend: floor and truncation agree
             if dtype in _FLOAT_TYPES and kind == "add":
                 for mul, other in ((a, b), (b, a)):
                     if isinstance(mul, tirx.Mul):  # contract a*b+c into one FMA
@@ -892,6 +944,13 @@ class _Selector:
                 return _TIR_CALL_BINARY[name], list(expr.args), dtype
             if name == "tirx.fma":
                 return "fma", list(expr.args), dtype
+            short = name.split(".", 1)[-1]  # tirx.exp, prim.log2
+            if name.startswith(("tirx.", "prim.")) and short in _FLOAT_FUNCTIONS:
+                return f"fn:{short}", list(expr.args), dtype
+            if name == "tirx.reinterpret":
+                return "reinterpret", list(expr.args), dtype
+        if isinstance(expr, tirx.BitwiseNot):
+            return "not", [expr.a], dtype
         if isinstance(expr, tirx.Cast):
             return "cast", [expr.value], dtype
         return None
@@ -900,7 +959,10 @@ class _Selector:
         if isinstance(expr, tirx.IntImm):
             return Value(Imm.of_int(expr.value), str(expr.ty))
         if isinstance(expr, tirx.FloatImm):
-            return Value(Imm.of_float(expr.value, str(expr.ty)), str(expr.ty))
+            dtype = str(expr.ty)
+            if dtype == "float64":  # inline constants mean the same value in f64 operands
+                return Value(Imm.of_float(expr.value, "float32"), dtype)
+            return Value(Imm.of_float(expr.value, dtype), dtype)
         if isinstance(expr, ir.expr.Var):
             if self.lane is not None and expr.same_as(self.lane[0]):
                 return Value(Imm.of_int(self.lane[1]), "int32")
@@ -921,6 +983,9 @@ class _Selector:
             and str(expr.op.name) == "tirx.call_llvm_pure_intrin"
         ):
             return self.llvm_intrin(expr, hint)
+        select = _select_parts(expr)
+        if select is not None:
+            return self.into(self.select(*select, str(expr.ty)), hint)
         plan = self.plan(expr)
         if plan is None:
             raise self.unsupported(expr)
@@ -937,6 +1002,12 @@ class _Selector:
         self.values.record(expr, value, None if frame is None else frame.scope_depth)
         return value
 
+    def select(self, cond: object, true: object, false: object, dtype: str) -> Value:
+        """``Select`` / ``if_then_else`` (both sides evaluated; integer abs recognised)."""
+        if _is_abs(cond, true, false) and dtype in _INT_TYPES:
+            return self.int_abs(self.expr(true))
+        return self.select_value(cond, self.expr(true), self.expr(false), dtype)
+
     def apply_in(self, frame: LoopFrame | None, kind: str, args: list[Value], dtype: str
                  ) -> Value:
         """:meth:`apply`, emitting into ``frame``'s preheader (None: here)."""
@@ -951,45 +1022,107 @@ class _Selector:
     def apply(self, kind: str, args: list[Value], dtype: str, hint: Operand | None = None) -> Value:
         if kind == "cast":
             return self.cast(args[0], dtype, hint)
-        if dtype in _FLOAT_TYPES:
-            if kind in ("floordiv", "floormod"):
-                raise self.error("float division", "Multiply by a reciprocal instead.")
-            opcode = _FLOAT_OPS[(kind, dtype)]
-            if dtype == "float16":
-                args = [Value(self.f16_operand(a.op), a.dtype) for a in args]
-            return Value(self.valu(opcode, [a.op for a in args], hint), dtype)
+        if kind == "reinterpret":  # same bits, another type (bfloat16 legalisation)
+            return self.into(Value(args[0].op, dtype), hint)
+        if kind.startswith("fn:"):
+            return self.into(self.float_function(kind[3:], args[0], dtype), hint)
+        if kind == "fdiv":
+            return self.into(self.fdiv(args[0], args[1], dtype), hint)
+        if dtype in (*_FLOAT_TYPES, "float64"):
+            return self.float_op(kind, args, dtype, hint)
         if dtype not in _INT_TYPES and dtype != "bool":
             raise self.error(f"integer op on dtype {dtype}", "Use int32 index arithmetic.")
+        if kind == "not":
+            return self.apply("xor", [args[0], Value(Imm.of_int(-1), dtype)], dtype, hint)
         a, b = args
+        base_kind, _, non_negative = kind.partition(":")
         if isinstance(a.op, Imm) and isinstance(b.op, Imm):
-            return self.into(Value(Imm.of_int(_fold(kind, a.op.signed, b.op.signed)), dtype), hint)
+            folded = _fold(base_kind, a.op.signed, b.op.signed)
+            return self.into(Value(Imm.of_int(folded), dtype), hint)
+        if base_kind in _DIVISIONS:
+            return self.into(self.divide(base_kind, a, b, bool(non_negative), dtype), hint)
         kind, a, b = self.strength_reduce(kind, a, b)
         if a.uniform and b.uniform:
+            if dtype in _NARROW_INTS:
+                raise self.error(f"uniform {dtype} arithmetic",
+                                 "Compute uniform values in int32 and cast.")
             return self.into(self.sbinop(kind, a, b), hint)
         _, vop, reverse = _INT_OPS[kind]
         srcs = [b.op, a.op] if reverse else [a.op, b.op]
+        if dtype in _NARROW_INTS and kind not in ("and", "or", "min", "max", "lshr", "ashr"):
+            return self.narrow(Value(self.valu(vop, srcs), dtype), dtype, hint)
         return Value(self.valu(vop, srcs, hint), dtype)
 
+    def float_op(self, kind: str, args: list[Value], dtype: str, hint: Operand | None) -> Value:
+        """One float VALU instruction (f16, f32, f64)."""
+        if kind not in ("add", "sub", "mul", "max", "min", "fma"):
+            raise self.error(f"{kind} of {dtype} values", "Use +, -, *, /, min, max or fma.")
+        if dtype == "float64":
+            args = [Value(self.f64_operand(a.op), dtype) for a in args]
+            if kind == "sub":  # no v_sub_f64: a + (-b), negating b's sign bit
+                negated = VReg("v", 2, 2)
+                self.emit("v_mov_b32", [Sub(negated, 0)], [Sub(args[1].op, 0)])
+                self.emit("v_xor_b32", [Sub(negated, 1)],
+                          [Imm.of_int(0x80000000), Sub(args[1].op, 1)])
+                kind, args = "add", [args[0], Value(negated, dtype)]
+            out = hint if hint is not None else VReg("v", 2, 2)
+            self.emit(_FLOAT_OPS[(kind, dtype)], [out], [a.op for a in args])
+            return Value(out, dtype)
+        opcode = _FLOAT_OPS[(kind, dtype)]
+        if dtype == "float16":
+            args = [Value(self.f16_operand(a.op), a.dtype) for a in args]
+        return Value(self.valu(opcode, [a.op for a in args], hint), dtype)
+
+    def f64_operand(self, op: Operand) -> Operand:
+        """A float64 source: an inline constant as is, other constants in a VGPR pair."""
+        if not isinstance(op, Imm) or op.is_inline:
+            return op
+        raise self.error("a float64 constant that is not 0, +-0.5, +-1, +-2 or +-4",
+                         "Pass it as a float64 buffer element or compute it in float32.")
+
+    def narrow(self, value: Value, dtype: str, hint: Operand | None = None) -> Value:
+        """Re-extend an 8/16-bit integer computed in 32 bits (sign for int8, zero else)."""
+        bits = _NARROW_INTS[dtype]
+        if dtype.startswith("uint"):
+            return Value(self.valu("v_and_b32", [Imm.of_int((1 << bits) - 1), value.op], hint),
+                         dtype)
+        return Value(self.valu("v_bfe_i32", [value.op, Imm.of_int(0), Imm.of_int(bits)], hint),
+                     dtype)
+
+    def divide(self, kind: str, a: Value, b: Value, non_negative: bool, dtype: str) -> Value:
+        """Integer ``floordiv``/``floormod``/``truncdiv``/``truncmod`` by a positive constant."""
+        c = b.op.signed if isinstance(b.op, Imm) else None
+        if c is None or c <= 0:
+            raise self.error(
+                f"{kind} by a non-constant or non-positive divisor",
+                "Divide integers only by positive constants (or precompute the quotient).",
+            )
+        floor = kind.startswith("floor") or non_negative
+        is_div = kind.endswith("div")
+        if c == 1:
+            return a if is_div else Value(Imm.of_int(0), dtype)
+        if _is_pow2(c) and floor:
+            shift = Value(Imm.of_int(c.bit_length() - 1), "int32")
+            if is_div:
+                return self.apply("lshr" if non_negative else "ashr", [a, shift], dtype)
+            return self.apply("and", [a, Value(Imm.of_int(c - 1), "int32")], dtype)
+        if _is_pow2(c):  # truncation of a maybe-negative value: bias negatives by c - 1
+            k = c.bit_length() - 1
+            sign = self.apply("ashr", [a, Value(Imm.of_int(31), "int32")], dtype)
+            bias = self.apply("lshr", [sign, Value(Imm.of_int(32 - k), "int32")], dtype)
+            q = self.apply("ashr", [self.apply("add", [a, bias], dtype),
+                                    Value(Imm.of_int(k), "int32")], dtype)
+            if is_div:
+                return q
+            low = self.apply("shl", [q, Value(Imm.of_int(k), "int32")], dtype)
+            return self.apply("sub", [a, low], dtype)
+        return self.divide_by_constant(kind, a, c, non_negative, dtype)
+
     def strength_reduce(self, kind: str, a: Value, b: Value) -> tuple[str, Value, Value]:
-        """Powers of two: multiply → shift, floordiv → arithmetic shift, floormod → mask."""
+        """Multiplication by a power of two → shift (divisions: :meth:`divide`)."""
         if kind == "mul" and isinstance(a.op, Imm):
             a, b = b, a
         c = b.op.signed if isinstance(b.op, Imm) else None
-        if kind in ("floordiv", "floormod"):
-            if c is None or c <= 0:
-                raise self.error(
-                    f"{kind} by a non-constant or non-positive divisor",
-                    "Divide only by positive constants (powers of two).",
-                )
-            if not _is_pow2(c):
-                raise self.error(
-                    f"{kind} by {c}, which is not a power of two",
-                    "The backend has no general integer division; use a "
-                    "power-of-two divisor or precompute the quotient.",
-                )
-            if kind == "floordiv":
-                return "ashr", a, Value(Imm.of_int(c.bit_length() - 1), "int32")
-            return "and", a, Value(Imm.of_int(c - 1), "int32")
         if kind == "mul" and c is not None and _is_pow2(c):
             return "shl", a, Value(Imm.of_int(c.bit_length() - 1), "int32")
         return kind, a, b
@@ -1017,15 +1150,36 @@ class _Selector:
         return op
 
     def cast(self, value: Value, dtype: str, hint: Operand | None) -> Value:
-        if value.dtype == dtype or (value.dtype in _INT_TYPES and dtype in _INT_TYPES):
-            return self.into(Value(value.op, dtype), hint)
-        if isinstance(value.op, Imm) and value.dtype in _INT_TYPES and dtype in _FLOAT_TYPES:
+        src = value.dtype
+        if src == dtype:
+            return self.into(value, hint)
+        if src in _INT_TYPES and dtype in _INT_TYPES:
+            if isinstance(value.op, Imm):
+                bits = _NARROW_INTS.get(dtype, 32)
+                v = value.op.signed & ((1 << bits) - 1)
+                if dtype == "int8" and v & 0x80:
+                    v -= 0x100
+                return self.into(Value(Imm.of_int(v), dtype), hint)
+            if dtype in _NARROW_INTS:
+                return self.narrow(Value(self.to_vgpr(value.op), dtype), dtype, hint)
+            return self.into(Value(value.op, dtype), hint)  # 32 bits: the same bits
+        if isinstance(value.op, Imm) and src in _INT_TYPES and dtype in _FLOAT_TYPES:
             return self.into(Value(Imm.of_float(float(value.op.signed), dtype), dtype), hint)
-        opcode = _CONVERT.get((value.dtype, dtype))
+        if src in _NARROW_INTS:  # extended to 32 bits already
+            return self.cast(Value(value.op, "int32"), dtype, hint)
+        if dtype in _NARROW_INTS:
+            return self.cast(self.cast(value, "int32", None), dtype, hint)
+        opcode = _CONVERT.get((src, dtype))
         if opcode is None:
-            raise self.error(
-                f"cast from {value.dtype} to {dtype}", "Supported casts: f16<->f32, i32<->f32."
-            )
+            via = "float32" if "float16" in (src, dtype) else None
+            if via is not None and (src, via) in _CONVERT and (via, dtype) in _CONVERT:
+                return self.cast(self.cast(value, via, None), dtype, hint)
+            raise self.error(f"cast from {src} to {dtype}",
+                             "docs/amdgcn.md lists the casts the backend selects.")
+        if dtype == "float64":
+            out = hint if hint is not None else VReg("v", 2, 2)
+            self.emit(opcode, [out], [self.to_vgpr(value.op)])
+            return Value(out, dtype)
         return Value(self.valu(opcode, [value.op], hint), dtype)
 
     def scalar_compare(self, cond: object, negate: bool) -> None:
@@ -1217,7 +1371,7 @@ class _Selector:
             slot = self.local_slot(buf, indices)
             assert slot is not None
             return Value(slot, buf.dtype)
-        out = self.vreg("v")
+        out = VReg("v", 2, 2) if buf.elem_bytes == 8 else self.vreg("v")
         self.memory_op(buf, var, self.flat_index(buf, indices), out, buf.elem_bytes, store=False)
         return Value(out, buf.dtype)
 
@@ -1231,10 +1385,27 @@ class _Selector:
             slot = self.local_slot(buf, indices)
             assert slot is not None
             if value.op is not slot:
-                self.emit("v_mov_b32", [slot], [self.f16_operand(value.op)])
+                self.copy(slot, value)
             return
         data = self.to_vgpr(self.f16_operand(value.op))
+        if buf.elem_bytes == 8 and not isinstance(data, VReg | Sub):
+            pair = VReg("v", 2, 2)
+            self.copy(pair, value)
+            data = pair
         self.memory_op(buf, var, self.flat_index(buf, indices), data, buf.elem_bytes, store=True)
+
+    def copy(self, dst: Operand, value: Value) -> None:
+        """``dst = value`` (a VGPR pair for float64)."""
+        if value.dtype != "float64":
+            self.emit("v_mov_b32", [dst], [self.f16_operand(value.op)])
+            return
+        if isinstance(value.op, Imm):  # an inline constant: its f64 bits, half by half
+            bits = struct.unpack("<Q", struct.pack("<d", value.op.float_value()))[0]
+            halves: list[Operand] = [Imm.of_int(bits & 0xFFFFFFFF), Imm.of_int(bits >> 32)]
+        else:
+            halves = [Sub(value.op, 0), Sub(value.op, 1)]
+        for i, half in enumerate(halves):
+            self.emit("v_mov_b32", [Sub(dst, i)], [half])
 
     def byte_offset(self, buf: _Buffer, flat: object) -> tuple[Value | None, int]:
         """(per-access byte offset or None, constant byte offset) of element ``flat`` of an
@@ -1333,6 +1504,8 @@ class _Selector:
         mods = ("offen " if vaddr != Sym("off") else "") + f"offset:{const}"
         table = _GLOBAL_STORE if store else _GLOBAL_LOAD
         opcode = table[size]
+        if buf.dtype == "int8" and not store:
+            opcode = _SIGNED_LOAD[opcode]
         if store:
             self.emit(opcode, [], [data, vaddr, buf.srd, soffset], mods, comment=var.name)
         else:
@@ -1352,7 +1525,9 @@ class _Selector:
         if store:
             self.emit(_DS_WRITE[size], [], [addr, data], mods)
         else:
-            self.emit(_DS_READ[size], [data], [addr], mods)
+            opcode = _DS_READ[size]
+            self.emit(_SIGNED_LOAD[opcode] if buf.dtype == "int8" else opcode, [data], [addr],
+                      mods)
 
 
 def _add_terms(expr: object, lets: dict[object, object]) -> list[object]:

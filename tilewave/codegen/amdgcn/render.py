@@ -44,10 +44,18 @@ def assign(program: Program, alloc: Allocation) -> Program:
     return replace(program, body=body)
 
 
+# kernel-IR names of VOP3 instructions with one negated source: (opcode, source index)
+_NEGATED_SOURCE = {"v_fma_f32_nega": ("v_fma_f32", 0), "v_fma_f32_negc": ("v_fma_f32", 2)}
+
+
 def format_instr(ins: Instr) -> str:
     """One instruction as assembly text (without indentation)."""
     opcode, extra = _SPELLING.get(ins.opcode, (ins.opcode, ""))
-    operands = ", ".join(str(o) for o in [*ins.defs, *ins.uses])
+    uses = [str(o) for o in ins.uses]
+    if ins.opcode in _NEGATED_SOURCE:
+        opcode, negated = _NEGATED_SOURCE[ins.opcode]
+        uses[negated] = f"-{uses[negated]}"
+    operands = ", ".join([*(str(o) for o in ins.defs), *uses])
     parts = [opcode]
     if ins.target is not None:
         parts.append(ins.target)
