@@ -31,10 +31,13 @@ from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
 if TYPE_CHECKING:
     from tilewave.analysis.shared_access import LoopRange, SharedAccess
 
-__all__ = ["FAR", "analysable", "common_loops", "prove_no_overlap"]
+__all__ = ["ANY", "FAR", "analysable", "common_loops", "prove_no_overlap"]
 
-#: an iteration distance of two or more (or unknown): the loop variables are independent
+#: an iteration distance of two or more: ``k' >= k + 2 * step``
 FAR = 2
+#: an unknown iteration distance (a new instance of the loop): the loop variables are
+#: independent
+ANY = 3
 #: the most the Z3 fallback may spend on one query; unproven means "may conflict"
 Z3_TIMEOUT_MS = 200
 
@@ -149,6 +152,7 @@ def _prove_one(
     distances: Mapping[Any, int],
     same_thread_ordered: bool,
     positions: Mapping[Any, int],
+    finished: Mapping[Any, int],
 ) -> bool:
     an = Analyzer()
     if an.is_z3_enabled:
@@ -169,23 +173,36 @@ def _prove_one(
     for loop in a.loops:
         if loop.min is not None and loop.extent is not None and loop.extent > 0:
             _bind_range(an, loop.var, loop.min, loop.extent)
+            back = finished.get(loop.loop, ANY) if loop.loop is not None else ANY
+            if back < ANY and loop.step is not None and loop.step > 0:
+                # the loop has exited: a ran `back` iterations before its last one
+                last = loop.min + (loop.extent - 1) * loop.step
+                if back < FAR:
+                    constraints.append(tirx.EQ(loop.var, last - back * loop.step))
+                else:
+                    constraints.append(loop.var <= last - FAR * loop.step)
         else:
             constraints += _loop_constraints(loop, loop.var, {})
     for loop in b.loops:
-        dist = distances.get(loop.loop, FAR) if loop.loop is not None else FAR
+        dist = distances.get(loop.loop, ANY) if loop.loop is not None else ANY
         if dist == 0:
             continue  # the same iteration: k' = k
         if dist == 1 and loop.step is not None:
             rename[loop.var] = loop.var + loop.step
             constraints += _loop_constraints(loop, loop.var + loop.step, rename)
             continue
-        pos = positions.get(loop.loop, FAR) if loop.loop is not None else FAR
+        pos = positions.get(loop.loop, ANY) if loop.loop is not None else ANY
         if pos < FAR and loop.step is not None and loop.bounds is not None:
             # b runs in iteration `pos` of a loop entered after a: its variable is known
             rename[loop.var] = loop.bounds[0] + pos * loop.step
             continue
         fresh = _fresh(loop.var)
         rename[loop.var] = fresh
+        if loop.step is not None and loop.step > 0:
+            if dist == FAR:  # two or more iterations after a's
+                constraints.append(fresh >= loop.var + 2 * loop.step)
+            elif pos == FAR and loop.bounds is not None:  # iteration two or later
+                constraints.append(fresh >= loop.bounds[0] + 2 * loop.step)
         if loop.min is not None and loop.extent is not None and loop.extent > 0:
             _bind_range(an, fresh, loop.min, loop.extent)
         else:
@@ -237,6 +254,7 @@ def prove_no_overlap(
     iterations: Mapping[Any, frozenset[int]] | None,
     same_thread_ordered: bool,
     positions: Mapping[Any, int] | None = None,
+    finished: Mapping[Any, int] | None = None,
 ) -> bool:
     """True when it is proven that ``a`` and the later ``b``, made by two different threads,
     touch no common element.
@@ -245,12 +263,14 @@ def prove_no_overlap(
         a, b: accesses to one buffer with the same number of indices.
         thread_extents: thread-index variables and extents (0: unknown).
         iterations: for loops enclosing both (keyed by the ``For`` statement), the possible
-            distances in iterations from ``a`` to ``b``: 0 (same iteration), 1 (next) or
-            :data:`FAR` (any); a loop not listed is :data:`FAR`.
+            distances in iterations from ``a`` to ``b``: 0 (same iteration), 1 (next),
+            :data:`FAR` (two or more) or :data:`ANY` (unknown); a loop not listed is ANY.
         same_thread_ordered: accesses of one thread are ordered (not true of async copies),
             so only pairs of distinct threads count.
         positions: loops around ``b`` only, entered after ``a``: completed iterations
             before ``b``'s (``b``'s loop variable is then ``min + position * step``).
+        finished: loops around ``a`` only, exited before ``b``: ``a``'s distance from
+            their last iteration.
     """
     if a.resolved_indices is None or b.resolved_indices is None:
         return False
@@ -258,11 +278,13 @@ def prove_no_overlap(
         return False
     common = common_loops(a, b)
     options = [
-        sorted((iterations or {}).get(la.loop, frozenset({FAR}))) if iterations else [FAR]
+        sorted((iterations or {}).get(la.loop, frozenset({ANY}))) if iterations else [ANY]
         for la, _ in common
     ]
     for combo in itertools.product(*options):
-        distances = {la.loop: d for (la, _), d in zip(common, combo, strict=True) if d != FAR}
-        if not _prove_one(a, b, thread_extents, distances, same_thread_ordered, positions or {}):
+        distances = {la.loop: d for (la, _), d in zip(common, combo, strict=True) if d != ANY}
+        if not _prove_one(
+            a, b, thread_extents, distances, same_thread_ordered, positions or {}, finished or {}
+        ):
             return False
     return True

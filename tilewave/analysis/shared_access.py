@@ -31,13 +31,14 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.analysis.copy_regions import copy_region
-from tilewave.analysis.region_proof import FAR, analysable, common_loops, prove_no_overlap
+from tilewave.analysis.region_proof import ANY, FAR, analysable, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
 from tilewave.ir.walker import TIRVisitor, post_order_visit, substitute
 
 __all__ = [
+    "ANY",
     "FAR",
     "AccessKind",
     "AccessScope",
@@ -665,17 +666,20 @@ def may_conflict(
     thread_extents: Mapping[Any, int],
     iterations: Mapping[Any, frozenset[int]] | None = None,
     positions: Mapping[Any, int] | None = None,
+    finished: Mapping[Any, int] | None = None,
 ) -> bool:
     """True unless it is proven that ``a`` and ``b``, made by two *different* threads, never
     touch a common element with at least one of them writing.
 
     ``positions`` maps loops enclosing ``b`` but not ``a`` (entered after ``a`` ran) to
     how many of their iterations completed before ``b``'s: ``b`` runs in iteration
-    ``min + position * step`` (:data:`FAR`: any).
+    ``min + position * step`` (:data:`FAR`: any). ``finished`` maps loops around ``a``
+    that exited before ``b`` to ``a``'s distance from their last iteration.
 
     ``b`` is the later access on a barrier-free path from ``a``. ``iterations`` maps the
     ``For`` statements of loops enclosing both to the possible iteration distances from
-    ``a`` to ``b`` (``{0}`` same iteration, ``{1}`` the next, :data:`FAR` any); by default
+    ``a`` to ``b`` (``{0}`` same iteration, ``{1}`` the next, :data:`FAR` two or more,
+    :data:`ANY` unknown); by default
     every loop variable is independent. Two atomics never conflict with each other (the
     hardware orders them). An async write is also unordered with respect to its own
     thread, so per-thread ownership is not used for it.
@@ -695,11 +699,12 @@ def may_conflict(
         b,
         tuple((k, tuple(sorted(v))) for k, v in (iterations or {}).items()),
         tuple((positions or {}).items()),
+        tuple((finished or {}).items()),
     )
     cached = _PROOF_CACHE.setdefault(a, {})
     if key not in cached:
         cached[key] = not prove_no_overlap(
-            a, b, thread_extents, iterations, ordered, positions or {}
+            a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
         )
     return cached[key]
 

@@ -8,7 +8,9 @@ conflicting accesses reachable without passing a synchronisation that orders the
   block's thread count...) in uniform control flow;
 * a split barrier: a ``barrier_signal(id)`` followed later by a ``barrier_wait(id)``;
 * for an async write (cp.async, TMA, gather-to-LDS), either of those only counts after
-  a wait for the thread's outstanding copies (``wait_async_ops(0)``);
+  a wait for the thread's outstanding copies (``wait_async_ops(0)``); a cp.async copy on
+  CUDA is retired only by a ``wait_group N`` that follows a commit of its group and has
+  at least ``N`` newer committed groups after it;
 * between the two branches of a warp-split ``if``: named barriers (``bar.arrive`` /
   ``bar.sync``) under the rules of :mod:`tilewave.analysis.named_barrier_order`.
 
@@ -40,6 +42,7 @@ from tilewave.analysis.named_barrier_order import (
     thread_tags,
 )
 from tilewave.analysis.shared_access import (
+    ANY,
     FAR,
     AccessKind,
     AccessScope,
@@ -115,6 +118,10 @@ class _Graph:
         self._whiles = 0
         #: loop back edges (body end, body start) -> the loop's ``For`` statement
         self.back_edges: dict[tuple[int, int], Any] = {}
+        #: loop exit edges (body end, exit) -> the loop's ``For`` statement
+        self.exit_edges: dict[tuple[int, int], Any] = {}
+        #: loop entry edges (before the loop, body start) -> the loop's ``For`` statement
+        self.entry_edges: dict[tuple[int, int], Any] = {}
         #: ``While`` back edges -> the number of serial loops around the ``While`` (loops
         #: deeper than that start a new instance in the next iteration)
         self.while_back_edges: dict[tuple[int, int], int] = {}
@@ -223,6 +230,8 @@ class _Graph:
         inner = divergent or self._divergent(tirx.Add(stmt.min, stmt.extent), scope)
         body_in = self.new()
         self.edge(entry, body_in)
+        if loop.loop is not None:
+            self.entry_edges[(entry, body_in)] = loop.loop
         body_out = self.build(stmt.body, body_in, scope.within_loop(loop), inner)
         ext = loop.extent
         if ext is None or ext > 1:
@@ -231,6 +240,8 @@ class _Graph:
                 self.back_edges[(body_out, body_in)] = loop.loop
         exit_node = self.new()
         self.edge(body_out, exit_node)
+        if loop.loop is not None and loop.extent is not None and loop.extent >= 1:
+            self.exit_edges[(body_out, exit_node)] = loop.loop
         if ext is None or ext < 1:
             self.edge(entry, exit_node)
         return exit_node
@@ -249,14 +260,28 @@ class _Search:
         self.graph = graph
         self.thread_extents = thread_extents
 
-    def reachable_conflicts(self, start: int, access: SharedAccess) -> list[SharedAccess]:
+    def reachable_conflicts(
+        self, start: int, access: SharedAccess, groups: bool = True
+    ) -> list[SharedAccess]:
+        """Conflicting accesses reachable from ``access`` (made at node ``start``) on a
+        path that does not order them; ``groups``: cp.async copies complete through
+        commit/wait groups (CUDA)."""
         is_async = access.kind is AccessKind.ASYNC_WRITE
+        # a cp.async copy's group: _OPEN until a commit, then the number of newer groups
+        group = _OPEN if is_async and access.async_group and groups else _NO_GROUP
         loops = [lp.loop for lp in access.loops]
         found: list[SharedAccess] = []
-        seen: set[tuple[int, frozenset, bool, tuple[int, ...]]] = set()
+        seen: set[tuple[Any, ...]] = set()
         zero = (0,) * len(loops)
         queue = deque(
-            (succ, frozenset(), False, self._moved(start, succ, loops, zero))
+            (
+                succ,
+                frozenset(),
+                False,
+                group,
+                self._moved(start, succ, loops, zero),
+                self._positioned(start, succ, loops, ()),
+            )
             for succ in self.graph.nodes[start].succ
         )
         while queue:
@@ -264,58 +289,120 @@ class _Search:
             if state in seen:
                 continue
             seen.add(state)
-            node_id, signalled, landed, distance = state
+            node_id, signalled, landed, group, distance, positions = state
             node = self.graph.nodes[node_id]
             iterations = {
-                lp: frozenset({d}) for lp, d in zip(loops, distance, strict=True) if lp is not None
+                lp: frozenset({d})
+                for lp, d in zip(loops, distance, strict=True)
+                if lp is not None and d < _EXITED
+            }
+            exited = {
+                lp: d - _EXITED
+                for lp, d in zip(loops, distance, strict=True)
+                if lp is not None and d >= _EXITED
             }
             for other in node.accesses:
-                if may_conflict(access, other, self.thread_extents, iterations) and not any(
-                    other is f for f in found
-                ):
+                conflict = may_conflict(
+                    access,
+                    other,
+                    self.thread_extents,
+                    iterations,
+                    dict(positions) or None,
+                    exited or None,
+                )
+                if conflict and not any(other is f for f in found):
                     found.append(other)
-            next_state = self._step(node, signalled, landed, is_async)
+            next_state = self._step(node, signalled, landed, is_async, group)
             if next_state is None:
                 continue
             for succ in node.succ:
-                queue.append((succ, *next_state, self._moved(node_id, succ, loops, distance)))
+                moved = self._moved(node_id, succ, loops, distance)
+                placed = self._positioned(node_id, succ, loops, positions)
+                queue.append((succ, *next_state, moved, placed))
         return found
+
+    def _positioned(
+        self, src: int, dst: int, loops: list[Any], positions: tuple[tuple[Any, int], ...]
+    ) -> tuple[tuple[Any, int], ...]:
+        """Iterations completed of the loops entered after the start access (loops it is
+        not in), after the edge ``src->dst``: 0 on entry, one more per back edge (up to
+        FAR: two or more), forgotten on exit."""
+        edge = (src, dst)
+        if edge in self.graph.entry_edges:
+            loop = self.graph.entry_edges[edge]
+            if any(lp is not None and lp.same_as(loop) for lp in loops):
+                return positions
+            return (*((k, d) for k, d in positions if not k.same_as(loop)), (loop, 0))
+        loop = self.graph.back_edges.get(edge)
+        if loop is not None:
+            return tuple((k, min(d + 1, FAR) if k.same_as(loop) else d) for k, d in positions)
+        loop = self.graph.exit_edges.get(edge)
+        if loop is not None:
+            return tuple((k, d) for k, d in positions if not k.same_as(loop))
+        if edge in self.graph.while_back_edges:
+            return tuple((k, FAR) for k, d in positions)
+        return positions
 
     def _moved(
         self, src: int, dst: int, loops: list[Any], distance: tuple[int, ...]
     ) -> tuple[int, ...]:
         """Iteration distances (per loop of the start access) after the edge ``src->dst``:
-        a back edge is one iteration more of its loop and a new instance of loops inside."""
+        a back edge is one iteration more of its loop and a new instance of loops inside;
+        an exit edge records the distance from the loop's last iteration (``_EXITED + d``)."""
         depth = self.graph.while_back_edges.get((src, dst))
         if depth is not None:
-            return (*distance[:depth], *(FAR,) * (len(loops) - depth))[: len(loops)]
+            return (*distance[:depth], *(ANY,) * (len(loops) - depth))[: len(loops)]
+        exited = self.graph.exit_edges.get((src, dst))
+        if exited is not None:
+            at = next(
+                (i for i, lp in enumerate(loops) if lp is not None and lp.same_as(exited)), None
+            )
+            if at is None or distance[at] >= _EXITED:
+                return distance
+            return (*distance[:at], _EXITED + distance[at], *distance[at + 1 :])
         loop = self.graph.back_edges.get((src, dst))
         if loop is None:
             return distance
         at = next((i for i, lp in enumerate(loops) if lp is not None and lp.same_as(loop)), None)
         if at is None:
             return distance
-        return (*distance[:at], min(distance[at] + 1, FAR), *(FAR,) * (len(loops) - at - 1))
+        return (*distance[:at], min(distance[at] + 1, FAR), *(ANY,) * (len(loops) - at - 1))
 
     @staticmethod
     def _step(
-        node: _Node, signalled: frozenset, landed: bool, is_async: bool
-    ) -> tuple[frozenset, bool] | None:
+        node: _Node, signalled: frozenset, landed: bool, is_async: bool, group: int
+    ) -> tuple[frozenset, bool, int] | None:
         """The state after ``node``, or ``None`` when it orders the access before what
         follows."""
         sync = node.sync
-        if sync is None or node.divergent:
-            return signalled, landed
-        if sync.completes_async:
+        if sync is None:
+            return signalled, landed, group
+        if group != _NO_GROUP and not landed:
+            # commits and group waits are per thread: they count in divergent code too
+            if sync.kind is SyncKind.ASYNC_COMMIT or sync.commits:
+                group = 0 if group == _OPEN else min(group + 1, _MAX_NEWER)
+            if sync.kind is SyncKind.ASYNC_WAIT and sync.groups and group != _OPEN:
+                landed = group >= sync.arg
+        if node.divergent:
+            return signalled, landed, group
+        if group == _NO_GROUP and sync.completes_async:
             landed = True
         ordered = landed or not is_async
         if sync.is_full_barrier and ordered:
             return None
         if sync.kind is SyncKind.SIGNAL and ordered:
-            return signalled | {sync.arg}, landed
+            return signalled | {sync.arg}, landed, group
         if sync.kind is SyncKind.WAIT and sync.arg in signalled:
             return None
-        return signalled, landed
+        return signalled, landed, group
+
+
+#: a cp.async copy not committed yet; an access that is no group copy
+_OPEN, _NO_GROUP = -1, -2
+#: newer groups counted at most (fewer only makes a wait look weaker: sound)
+_MAX_NEWER = 8
+#: distances at or above this mark a loop that has exited (distance from its last iteration)
+_EXITED = 16
 
 
 def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
@@ -354,8 +441,7 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
         UnknownTargetError: ``target`` is not a tilewave target.
         UnclassifiedOpError: a call addresses a shared buffer through an unknown op.
     """
-    if target is not None:
-        get_target(target)
+    groups = target is None or get_target(target).is_cuda
     graph, thread_extents = _build(func)
     search = _Search(graph, thread_extents)
     splits = named_barrier_splits(func, graph.split_ifs, thread_extents, graph.nodes)
@@ -380,7 +466,7 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
             for later in node.accesses[i + 1 :]:
                 if may_conflict(access, later, thread_extents, same_iteration(access, later)):
                     report(access, later)
-            for other in search.reachable_conflicts(node_id, access):
+            for other in search.reachable_conflicts(node_id, access, groups):
                 # a path from one branch of a split `if` into the other is a later execution
                 if not named_ordered(access, other, later=True):
                     report(access, other)

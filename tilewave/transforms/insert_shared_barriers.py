@@ -41,6 +41,7 @@ import tvm_ffi
 from tvm import tirx
 
 from tilewave.analysis.shared_access import (
+    ANY,
     FAR,
     AccessKind,
     AccessScope,
@@ -111,7 +112,7 @@ class _Instance:
     """An access in one iteration context relative to the statement being visited.
 
     ``carried``: loops enclosing the access whose back edge was taken since it ran, with the
-    iteration distance (1, or :data:`FAR` for two or more / a new instance); loops not
+    iteration distance (1, :data:`FAR` for two or more, :data:`ANY` for a new instance); loops not
     listed are still in the access's iteration. ``positions``: loops *not* enclosing the
     access entered since it ran, with how many iterations of them have completed (the
     statement being visited then runs in iteration ``min + position * step``; FAR: unknown).
@@ -123,6 +124,9 @@ class _Instance:
     access: SharedAccess
     carried: tuple[tuple[Any, int], ...] = ()
     positions: tuple[tuple[Any, int], ...] = ()
+    #: loops around the access that have exited since, with the access's distance from
+    #: their last iteration (its loop variable is then ``last - d * step``)
+    finished: tuple[tuple[Any, int], ...] = ()
 
     def iterations(self) -> dict[Any, frozenset[int]]:
         """Iteration distances from the access to the statement now being visited."""
@@ -149,7 +153,7 @@ class _Instance:
         now[key] = min(now.get(key, 0) + 1, FAR)
         for inner in loops[at + 1 :]:
             if inner is not None:
-                now[inner] = FAR
+                now[inner] = ANY
         return replace(self, carried=_canonical(self.access, now))
 
     def around_while(self, depth: int) -> _Instance:
@@ -158,7 +162,7 @@ class _Instance:
         now = {k: d for k, d in self.carried}
         for lp in self.access.loops[depth:]:
             if lp.loop is not None:
-                now[lp.loop] = FAR
+                now[lp.loop] = ANY
         return replace(self, carried=_canonical(self.access, now))
 
     def entering(self, loop: Any) -> _Instance:
@@ -169,12 +173,17 @@ class _Instance:
         return replace(self, positions=(*kept, (loop, 0)))
 
     def leaving(self, loop: Any) -> _Instance:
-        """The instance after ``loop`` exits (its iteration count no longer matters)."""
-        if not any(k.same_as(loop) for k, _ in self.positions):
-            return self
-        return replace(
-            self, positions=tuple((k, d) for k, d in self.positions if not k.same_as(loop))
-        )
+        """The instance after ``loop`` exits: its iteration count no longer matters; if the
+        access sits in ``loop``, its distance from the last iteration is kept."""
+        positions = tuple((k, d) for k, d in self.positions if not k.same_as(loop))
+        if not any(lp.loop is not None and lp.loop.same_as(loop) for lp in self.access.loops):
+            return self if len(positions) == len(self.positions) else replace(
+                self, positions=positions
+            )
+        distance = dict(self.carried).get(loop, 0)
+        carried = tuple((k, d) for k, d in self.carried if not k.same_as(loop))
+        finished = (*(f for f in self.finished if not f[0].same_as(loop)), (loop, distance))
+        return replace(self, carried=carried, positions=positions, finished=finished)
 
 
 def _canonical(access: SharedAccess, distances: dict[Any, int]) -> tuple[tuple[Any, int], ...]:
@@ -310,6 +319,7 @@ class _Placer:
                 self.thread_extents,
                 inst.iterations(),
                 inst.position_map() if inst.positions else None,
+                dict(inst.finished) if inst.finished else None,
             )
         ]
 
@@ -505,6 +515,21 @@ class _Placer:
             self.check_branches_apart(stmt, scope)
         cond_items, state = self.visit_leaf(cond_stmt, state, scope, divergent, owner=stmt)
         prefix += [i for i in cond_items if isinstance(i, _Barrier)]
+        new_stmt, out = self._visit_branches(stmt, state, scope, inner)
+        if not inner:
+            # a uniform `if`: one barrier before it can replace barriers in its branches
+            barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
+            if barrier is not None and _sync_cost(new_stmt, stmt)[0] > 0:
+                hoisted_stmt, hoisted_out = self._visit_branches(stmt, hoisted_state, scope, inner)
+                if _sync_cost(hoisted_stmt, stmt)[0] < _sync_cost(new_stmt, stmt)[0]:
+                    prefix.append(barrier)
+                    new_stmt, out = hoisted_stmt, hoisted_out
+        return [*prefix, new_stmt], out
+
+    def _visit_branches(
+        self, stmt: Any, state: _State, scope: AccessScope, inner: bool
+    ) -> tuple[Any, _State]:
+        """The ``if`` with its branches synchronised after ``state``, and the joined state."""
         then_scope = scope.assuming(stmt.condition)
         then_items, then_state = self.visit(stmt.then_case, state, then_scope, inner)
         else_state = state
@@ -514,10 +539,8 @@ class _Placer:
             else_items, else_state = self.visit(stmt.else_case, state, else_scope, inner)
             changes["else_case"] = self.sequence(else_items, stmt.else_case)
         if all(changes[k].same_as(getattr(stmt, k)) for k in changes):
-            new_stmt = stmt
-        else:
-            new_stmt = rebuild(stmt, changes)
-        return [*prefix, new_stmt], _merge(then_state, else_state)
+            return stmt, _merge(then_state, else_state)
+        return rebuild(stmt, changes), _merge(then_state, else_state)
 
     def branch_conflicts(self, stmt: Any, scope: AccessScope) -> list[tuple[Any, Any]]:
         """Pairs of accesses of the two branches of ``stmt`` that may race in one execution."""
@@ -686,7 +709,9 @@ class _Placer:
         if barrier is not None and not inner:
             hoisted = self.fixpoint(stmt.body, enter(hoisted_state), inner_scope, inner, repeats)
             if hoisted[3] < count:
-                # one barrier before the loop instead of some inside it
+                # one barrier before the loop instead of some inside it (or weaker waits:
+                # copies issued before the loop and read in its first iteration wait there,
+                # not in every iteration)
                 prefix.append(barrier)
                 body, head, out, _ = hoisted
         new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
@@ -702,17 +727,18 @@ class _Placer:
         scope: AccessScope,
         divergent: bool,
         repeats: bool = True,
-    ) -> tuple[Any, _State, _State, int]:
+    ) -> tuple[Any, _State, _State, tuple[int, int]]:
         """Transform a loop body with the state at the loop head joined to a fixed point.
 
         Returns the new body, the head state, the state at the end of the body and the
-        number of barriers placed in the body. An access carried over the back edge is
-        one iteration older (``_Pending.around``): that is what lets a multibuffered
-        access of iteration k-1 (slot ``(k-1) % N``) pass a write of iteration k (slot
-        ``k % N``) without a barrier. It is sound because an access still pending after a
-        *whole* further iteration becomes "any distance" (FAR), so iteration k+N, which
-        reuses the slot, is only ever excused when a barrier inside the body (the RAW
-        barrier of a multibuffered loop) already separates the two.
+        cost of the synchronisation placed in the body (:func:`_sync_cost`). An access
+        carried over the back edge is one iteration older (``_Instance.around``): that is
+        what lets a multibuffered access of iteration k-1 (slot ``(k-1) % N``) pass a
+        write of iteration k (slot ``k % N``) without a barrier. It is sound because an
+        access still pending after a *whole* further iteration becomes "two or more
+        iterations back" (FAR: ``k' >= k + 2``), which includes iteration k+N reusing the
+        slot, so that is only ever excused when a barrier inside the body (the RAW barrier
+        of a multibuffered loop) already separates the two.
         """
         head = entry
         loop = scope.loops[-1].loop if scope.loops else None
@@ -722,7 +748,7 @@ class _Placer:
             joined = _merge(head, _around(out, loop)) if repeats else head
             if joined == head:
                 new_body = self.sequence(items, body)
-                return new_body, head, out, _barrier_count(new_body) - _barrier_count(body)
+                return new_body, head, out, _sync_cost(new_body, body)
             head = joined
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 
@@ -830,6 +856,27 @@ def _after(stmt: Any, scope: AccessScope) -> AccessScope:
     if isinstance(stmt, tirx.Bind):
         return scope.binding(stmt.var, stmt.value)
     return scope
+
+
+def _sync_cost(new: Any, old: Any) -> tuple[int, int]:
+    """What a loop body rewritten from ``old`` to ``new`` costs per iteration: barriers
+    added, then how much the added async waits hold back (``wait(N)`` costs less the more
+    groups it leaves in flight)."""
+    return (_barrier_count(new) - _barrier_count(old), _wait_strength(new) - _wait_strength(old))
+
+
+def _wait_strength(stmt: Any) -> int:
+    total = 0
+
+    def check(node: Any) -> None:
+        nonlocal total
+        if isinstance(node, tirx.Evaluate):
+            action = sync_action(node)
+            if action is not None and action.kind is SyncKind.ASYNC_WAIT:
+                total += max(MAX_NEWER_GROUPS - action.arg, 0)
+
+    post_order_visit(stmt, check)
+    return total
 
 
 def _barrier_count(stmt: Any) -> int:
