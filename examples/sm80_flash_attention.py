@@ -16,7 +16,7 @@ head with 4 warps (32 rows each, two m16 tiles) and walks the keys in tiles of 6
 Variants (functions returning a ``PrimFunc``): :func:`hand` (3-stage ``cp.async`` pipeline,
 one ``wait_group 1`` + ``__syncthreads()`` per key tile), :func:`stripped` (no barrier, wait
 or commit) and :func:`plain` (one shared stage, no pipelining, no synchronisation).
-Needs TVM to build the kernels; the module imports without it.
+Needs TVM (the kernels are TVMScript).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the examples folder is not a package: its helper module is imported by path
 from real_kernel_variants import KernelFamily, standard_variants, strip_sync
+from sm80_fragments import ldmatrix_x4, ldmatrix_x4_trans, mma_m16n8k16
 
 BH, SEQ, DIM = 64, 2048, 64  #: the benchmarked problem (batch x heads, tokens, head dim)
 SMALL = (2, 256, DIM)  #: (BH, S, D) of the race-check run
@@ -51,7 +52,8 @@ def _kernel(bh: int, seq: int, mode: str):
 
     n_tiles = seq // BLOCK_N
     q_blocks = seq // BLOCK_M
-    stages = STAGES if mode == "hand" else 1
+    pipelined = mode == "hand"
+    stages = STAGES if pipelined else 1
     prefetch = STAGES - 1
 
     @T.macro(hygienic=False)
@@ -80,31 +82,11 @@ def _kernel(bh: int, seq: int, mode: str):
             for nj in T.unroll(4):
                 row: T.let[T.int32] = nj * 16 + (lane // 16) * 8 + lane % 8
                 chunk: T.let[T.int32] = kd * 2 + (lane // 8) % 2
-                T.ptx["ldmatrix.sync.aligned.m8n8.x4.shared.b16"](
-                    kf[nj * 4 + 0],
-                    kf[nj * 4 + 1],
-                    kf[nj * 4 + 2],
-                    kf[nj * 4 + 3],
-                    T.address_of(Ks[stage, row, (chunk ^ (row % 8)) * 8]),
-                )
+                col: T.let[T.int32] = (chunk ^ (row % 8)) * 8
+                ldmatrix_x4(kf, nj * 4, T.address_of(Ks[stage, row, col]))
             for mt in T.unroll(2):
                 for nt in T.unroll(8):
-                    T.ptx["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"](
-                        sacc[(mt * 8 + nt) * 4 + 0],
-                        sacc[(mt * 8 + nt) * 4 + 1],
-                        sacc[(mt * 8 + nt) * 4 + 2],
-                        sacc[(mt * 8 + nt) * 4 + 3],
-                        qf[(mt * 4 + kd) * 4 + 0],
-                        qf[(mt * 4 + kd) * 4 + 1],
-                        qf[(mt * 4 + kd) * 4 + 2],
-                        qf[(mt * 4 + kd) * 4 + 3],
-                        kf[nt * 2 + 0],
-                        kf[nt * 2 + 1],
-                        sacc[(mt * 8 + nt) * 4 + 0],
-                        sacc[(mt * 8 + nt) * 4 + 1],
-                        sacc[(mt * 8 + nt) * 4 + 2],
-                        sacc[(mt * 8 + nt) * 4 + 3],
-                    )
+                    mma_m16n8k16(sacc, (mt * 8 + nt) * 4, qf, (mt * 4 + kd) * 4, kf, nt * 2)
         # Online softmax; row r = mt * 2 + h is row g (h = 0) or g + 8 (h = 1) of m-tile mt.
         for r in T.unroll(4):
             stat[0] = rowmax[r]
@@ -146,31 +128,11 @@ def _kernel(bh: int, seq: int, mode: str):
             for dp in T.unroll(4):
                 row: T.let[T.int32] = kk * 16 + ((lane // 8) % 2) * 8 + lane % 8
                 chunk: T.let[T.int32] = dp * 2 + lane // 16
-                T.ptx["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"](
-                    vf[dp * 4 + 0],
-                    vf[dp * 4 + 1],
-                    vf[dp * 4 + 2],
-                    vf[dp * 4 + 3],
-                    T.address_of(Vs[stage, row, (chunk ^ (row % 8)) * 8]),
-                )
+                col: T.let[T.int32] = (chunk ^ (row % 8)) * 8
+                ldmatrix_x4_trans(vf, dp * 4, T.address_of(Vs[stage, row, col]))
             for mt in T.unroll(2):
                 for dn in T.unroll(8):
-                    T.ptx["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"](
-                        oacc[(mt * 8 + dn) * 4 + 0],
-                        oacc[(mt * 8 + dn) * 4 + 1],
-                        oacc[(mt * 8 + dn) * 4 + 2],
-                        oacc[(mt * 8 + dn) * 4 + 3],
-                        pf[(mt * 4 + kk) * 4 + 0],
-                        pf[(mt * 4 + kk) * 4 + 1],
-                        pf[(mt * 4 + kk) * 4 + 2],
-                        pf[(mt * 4 + kk) * 4 + 3],
-                        vf[dn * 2 + 0],
-                        vf[dn * 2 + 1],
-                        oacc[(mt * 8 + dn) * 4 + 0],
-                        oacc[(mt * 8 + dn) * 4 + 1],
-                        oacc[(mt * 8 + dn) * 4 + 2],
-                        oacc[(mt * 8 + dn) * 4 + 3],
-                    )
+                    mma_m16n8k16(oacc, (mt * 8 + dn) * 4, pf, (mt * 4 + kk) * 4, vf, dn * 2)
 
     @T.macro(hygienic=False)
     def prologue():
@@ -209,50 +171,6 @@ def _kernel(bh: int, seq: int, mode: str):
                     dn * 4 + lane % 4,
                 ] = pf[0]
 
-    if mode == "hand":
-
-        @T.prim_func
-        def sm80_flash_attention(
-            Q: T.Buffer((bh, seq, DIM // 2), "uint32"),
-            K: T.Buffer((bh, seq, DIM), "float16"),
-            V: T.Buffer((bh, seq, DIM), "float16"),
-            Out: T.Buffer((bh, seq, DIM // 2), "uint32"),
-        ):
-            for bx in T.thread_binding(bh * q_blocks, thread="blockIdx.x"):
-                for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
-                    Ks = T.alloc_buffer((stages, BLOCK_N, DIM), "float16", scope="shared")
-                    Vs = T.alloc_buffer((stages, BLOCK_N, DIM), "float16", scope="shared")
-                    qf = T.alloc_buffer((32,), "uint32", scope="local")
-                    kf = T.alloc_buffer((16,), "uint32", scope="local")
-                    vf = T.alloc_buffer((16,), "uint32", scope="local")
-                    pf = T.alloc_buffer((32,), "uint32", scope="local")
-                    sacc = T.alloc_buffer((64,), "float32", scope="local")
-                    oacc = T.alloc_buffer((64,), "float32", scope="local")
-                    rowmax = T.alloc_buffer((4,), "float32", scope="local")
-                    rowsum = T.alloc_buffer((4,), "float32", scope="local")
-                    stat = T.alloc_buffer((2,), "float32", scope="local")
-                    head: T.let[T.int32] = bx // q_blocks
-                    q0: T.let[T.int32] = bx % q_blocks * BLOCK_M
-                    warp: T.let[T.int32] = tx // 32
-                    lane: T.let[T.int32] = tx % 32
-                    prologue()
-                    for s in T.unroll(prefetch):
-                        load_kv(s, s)
-                        T.ptx["cp.async.commit_group"]()
-                    for j in range(n_tiles):
-                        # Tile j has landed once at most the newest (j + 1) group is open.
-                        T.ptx["cp.async.wait_group"](STAGES - 2)
-                        # Everyone's copies of tile j are visible; everyone is done with tile
-                        # j - 1, whose stage the prefetch below overwrites.
-                        T.tvm_storage_sync("shared")
-                        if j + prefetch < n_tiles:
-                            load_kv((j + prefetch) % STAGES, j + prefetch)
-                        T.ptx["cp.async.commit_group"]()
-                        attend(j % STAGES)
-                    epilogue()
-
-        return sm80_flash_attention
-
     @T.prim_func
     def sm80_flash_attention(
         Q: T.Buffer((bh, seq, DIM // 2), "uint32"),
@@ -262,8 +180,8 @@ def _kernel(bh: int, seq: int, mode: str):
     ):
         for bx in T.thread_binding(bh * q_blocks, thread="blockIdx.x"):
             for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
-                Ks = T.alloc_buffer((1, BLOCK_N, DIM), "float16", scope="shared")
-                Vs = T.alloc_buffer((1, BLOCK_N, DIM), "float16", scope="shared")
+                Ks = T.alloc_buffer((stages, BLOCK_N, DIM), "float16", scope="shared")
+                Vs = T.alloc_buffer((stages, BLOCK_N, DIM), "float16", scope="shared")
                 qf = T.alloc_buffer((32,), "uint32", scope="local")
                 kf = T.alloc_buffer((16,), "uint32", scope="local")
                 vf = T.alloc_buffer((16,), "uint32", scope="local")
@@ -278,9 +196,24 @@ def _kernel(bh: int, seq: int, mode: str):
                 warp: T.let[T.int32] = tx // 32
                 lane: T.let[T.int32] = tx % 32
                 prologue()
-                for j in range(n_tiles):
-                    load_kv(0, j)
-                    attend(0)
+                if pipelined:  # decided when the kernel is parsed
+                    for s in T.unroll(prefetch):
+                        load_kv(s, s)
+                        T.ptx["cp.async.commit_group"]()
+                    for j in range(n_tiles):
+                        # Tile j has landed once at most the newest (j + 1) group is open.
+                        T.ptx["cp.async.wait_group"](STAGES - 2)
+                        # Everyone's copies of tile j are visible; everyone is done with tile
+                        # j - 1, whose stage the prefetch below overwrites.
+                        T.tvm_storage_sync("shared")
+                        if j + prefetch < n_tiles:
+                            load_kv((j + prefetch) % STAGES, j + prefetch)
+                        T.ptx["cp.async.commit_group"]()
+                        attend(j % STAGES)
+                else:
+                    for j in range(n_tiles):
+                        load_kv(0, j)
+                        attend(0)
                 epilogue()
 
     return sm80_flash_attention

@@ -23,7 +23,7 @@ Variants (each a function returning a ``PrimFunc``):
   ``tilewave.build(k, "sm_90a", multi_buffer_count=N)``.
 
 :data:`BENCH_VARIANTS` lists how ``benchmarks/real_kernels_h100.py`` builds each variant.
-Needs TVM to build the kernels; the module imports without it.
+Needs TVM (the kernels are TVMScript).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from real_kernel_variants import (
     standard_variants,
     strip_sync,
 )
+from sm80_fragments import ldmatrix_x4, mma_m16n8k16
 
 M = N = K = 4096  #: the benchmarked problem
 SMALL = (256, 256, 256)  #: (M, N, K) of the race-check run
@@ -61,7 +62,8 @@ def _kernel(m: int, n: int, k: int, mode: str):
     n_tiles = n // BLOCK_N
     group_m = math.gcd(GROUP_M, m // BLOCK_M)  # row-tiles per raster group
     blocks = (m // BLOCK_M) * n_tiles
-    stages = STAGES if mode == "hand" else 1
+    pipelined = mode == "hand"
+    stages = STAGES if pipelined else 1
     prefetch = STAGES - 1
 
     @T.macro(hygienic=False)
@@ -89,42 +91,17 @@ def _kernel(m: int, n: int, k: int, mode: str):
                 # ldmatrix.x4 of A: lanes 0-15 give rows, lanes 16-31 the second 8 columns.
                 row: T.let[T.int32] = wm * 64 + mi * 16 + lane % 16
                 chunk: T.let[T.int32] = kk * 2 + lane // 16
-                T.ptx["ldmatrix.sync.aligned.m8n8.x4.shared.b16"](
-                    af[mi * 4 + 0],
-                    af[mi * 4 + 1],
-                    af[mi * 4 + 2],
-                    af[mi * 4 + 3],
-                    T.address_of(As[stage, row, (chunk ^ ((row >> 1) & 3)) * 8]),
-                )
+                col: T.let[T.int32] = (chunk ^ ((row >> 1) & 3)) * 8
+                ldmatrix_x4(af, mi * 4, T.address_of(As[stage, row, col]))
             for nj in T.unroll(4):
                 # ldmatrix.x4 of B (N x K rows): two n8 tiles x two k8 halves.
                 row: T.let[T.int32] = wn * 64 + nj * 16 + (lane // 16) * 8 + lane % 8
                 chunk: T.let[T.int32] = kk * 2 + (lane // 8) % 2
-                T.ptx["ldmatrix.sync.aligned.m8n8.x4.shared.b16"](
-                    bf[nj * 4 + 0],
-                    bf[nj * 4 + 1],
-                    bf[nj * 4 + 2],
-                    bf[nj * 4 + 3],
-                    T.address_of(Bs[stage, row, (chunk ^ ((row >> 1) & 3)) * 8]),
-                )
+                col: T.let[T.int32] = (chunk ^ ((row >> 1) & 3)) * 8
+                ldmatrix_x4(bf, nj * 4, T.address_of(Bs[stage, row, col]))
             for mi in T.unroll(4):
                 for ni in T.unroll(8):
-                    T.ptx["mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"](
-                        acc[(mi * 8 + ni) * 4 + 0],
-                        acc[(mi * 8 + ni) * 4 + 1],
-                        acc[(mi * 8 + ni) * 4 + 2],
-                        acc[(mi * 8 + ni) * 4 + 3],
-                        af[mi * 4 + 0],
-                        af[mi * 4 + 1],
-                        af[mi * 4 + 2],
-                        af[mi * 4 + 3],
-                        bf[ni * 2 + 0],
-                        bf[ni * 2 + 1],
-                        acc[(mi * 8 + ni) * 4 + 0],
-                        acc[(mi * 8 + ni) * 4 + 1],
-                        acc[(mi * 8 + ni) * 4 + 2],
-                        acc[(mi * 8 + ni) * 4 + 3],
-                    )
+                    mma_m16n8k16(acc, (mi * 8 + ni) * 4, af, mi * 4, bf, ni * 2)
 
     @T.macro(hygienic=False)
     def store_tile():
@@ -142,31 +119,30 @@ def _kernel(m: int, n: int, k: int, mode: str):
                         bn * (BLOCK_N // 2) + wn * 32 + ni * 4 + lane % 4,
                     ] = packed[0]
 
-    if mode == "hand":
-
-        @T.prim_func
-        def sm80_gemm(
-            A: T.Buffer((m, k), "float16"),
-            B: T.Buffer((n, k), "float16"),
-            C: T.Buffer((m, n // 2), "uint32"),
-        ):
-            for bx in T.thread_binding(blocks, thread="blockIdx.x"):
-                for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
-                    As = T.alloc_buffer((stages, BLOCK_M, BLOCK_K), "float16", scope="shared")
-                    Bs = T.alloc_buffer((stages, BLOCK_N, BLOCK_K), "float16", scope="shared")
-                    af = T.alloc_buffer((16,), "uint32", scope="local")
-                    bf = T.alloc_buffer((16,), "uint32", scope="local")
-                    acc = T.alloc_buffer((128,), "float32", scope="local")
-                    packed = T.alloc_buffer((1,), "uint32", scope="local")
-                    group: T.let[T.int32] = bx // (group_m * n_tiles)
-                    bm: T.let[T.int32] = group * group_m + bx % group_m
-                    bn: T.let[T.int32] = bx % (group_m * n_tiles) // group_m
-                    warp: T.let[T.int32] = tx // 32
-                    lane: T.let[T.int32] = tx % 32
-                    wm: T.let[T.int32] = warp // 2
-                    wn: T.let[T.int32] = warp % 2
-                    for i in T.unroll(128):
-                        acc[i] = T.float32(0)
+    @T.prim_func
+    def sm80_gemm(
+        A: T.Buffer((m, k), "float16"),
+        B: T.Buffer((n, k), "float16"),
+        C: T.Buffer((m, n // 2), "uint32"),
+    ):
+        for bx in T.thread_binding(blocks, thread="blockIdx.x"):
+            for tx in T.thread_binding(THREADS, thread="threadIdx.x"):
+                As = T.alloc_buffer((stages, BLOCK_M, BLOCK_K), "float16", scope="shared")
+                Bs = T.alloc_buffer((stages, BLOCK_N, BLOCK_K), "float16", scope="shared")
+                af = T.alloc_buffer((16,), "uint32", scope="local")
+                bf = T.alloc_buffer((16,), "uint32", scope="local")
+                acc = T.alloc_buffer((128,), "float32", scope="local")
+                packed = T.alloc_buffer((1,), "uint32", scope="local")
+                group: T.let[T.int32] = bx // (group_m * n_tiles)
+                bm: T.let[T.int32] = group * group_m + bx % group_m
+                bn: T.let[T.int32] = bx % (group_m * n_tiles) // group_m
+                warp: T.let[T.int32] = tx // 32
+                lane: T.let[T.int32] = tx % 32
+                wm: T.let[T.int32] = warp // 2
+                wn: T.let[T.int32] = warp % 2
+                for i in T.unroll(128):
+                    acc[i] = T.float32(0)
+                if pipelined:  # decided when the kernel is parsed
                     for s in T.unroll(prefetch):
                         load_tile(s, s)
                         T.ptx["cp.async.commit_group"]()
@@ -180,9 +156,13 @@ def _kernel(m: int, n: int, k: int, mode: str):
                             load_tile((kt + prefetch) % STAGES, kt + prefetch)
                         T.ptx["cp.async.commit_group"]()
                         mma_tile(kt % STAGES)
-                    store_tile()
+                else:
+                    for kt in range(k_tiles):
+                        load_tile(0, kt)
+                        mma_tile(0)
+                store_tile()
 
-        return sm80_gemm
+    return sm80_gemm
 
     @T.prim_func
     def sm80_gemm(
