@@ -1,0 +1,330 @@
+"""Run the assembly LLVM's AMDGPU backend emits (TVM's ROCm codegen) on the ISA simulator.
+
+:class:`LLVMAsmSimulator` extends :class:`isa_simulator.Simulator` with the dialect LLVM
+writes for gfx942: encoding suffixes (``_e32``/``_e64``; a VOPC ``_e32`` compare writes VCC,
+``v_cndmask_b32_e32`` reads it), 64-bit ``global_*`` addressing (``v[a:b], off`` or
+``vN, s[a:b]`` with signed offsets), ``ds_read2*``, packed-f32 math with ``op_sel``, 64-bit
+SALU address arithmetic with carries, and a few fused ops (``v_fmac``, ``v_fmamk``,
+``v_add_lshl``, ``v_and_or``, ``v_lshl_add_u64``). It exists so that benchmarks/asm_vs_llvm.py
+can count the instructions LLVM's code *executes* on the same inputs, and check its results
+against NumPy too (a wrong result means this dialect layer is wrong, so it is reported).
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+import numpy as np
+from isa_simulator import (
+    _SALU,
+    _VALU,
+    LANES,
+    Inst,
+    SimulationError,
+    Simulator,
+    Wave,
+    _bits_f32,
+    _f32_bits,
+    _reg,
+    _s_load,
+)
+
+__all__ = ["LLVMAsmSimulator", "llvm_kernel_text"]
+
+_INT_DIRECTIVE = re.compile(r"^\s*(\.amdhsa_\w+)\s+(-?\d+|0x[0-9a-fA-F]+)\s*$")
+
+
+def llvm_kernel_text(asm: str, name: str) -> str:
+    """The parts of LLVM's module assembly the simulator reads: kernel ``name``'s body (up to
+    ``.Lfunc_end``, directives dropped) and the integer ``.amdhsa_*`` fields of its
+    descriptor, in the layout tilewave's own assembly uses."""
+    lines = asm.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip() == f"{name}:")
+    body, fields = [], []
+    in_kd = False
+    for line in lines[start + 1:]:
+        text = line.split(";", 1)[0].strip()
+        if text.startswith(".amdhsa_kernel"):
+            in_kd = True
+            continue
+        if text.startswith(".end_amdhsa_kernel"):
+            in_kd = False
+            continue
+        if in_kd:
+            m = _INT_DIRECTIVE.match(text)
+            if m:
+                fields.append(f"  {m.group(1)} {m.group(2)}")
+            continue
+        if text.startswith(".Lfunc_end"):
+            break
+        if not text or (text.startswith(".") and not text.endswith(":")):
+            continue
+        body.append(f"    {text}")
+    return "\n".join([f".globl {name}", f"{name}:", *body, f".size {name}, .-{name}",
+                      f".amdhsa_kernel {name}", *fields, ".end_amdhsa_kernel", ""])
+
+
+_MODS = re.compile(r"\b(offset|offset0|offset1):(-?\d+|0x[0-9a-fA-F]+)")
+_OPSEL = re.compile(r"\b(op_sel|op_sel_hi):\[([01,]+)\]")
+
+
+def _mods(ins: Inst) -> dict[str, object]:
+    """Offsets (signed) and op_sel lists of an instruction line."""
+    out: dict[str, object] = {k: int(v, 0) for k, v in _MODS.findall(ins.line)}
+    out.update({k: [int(b) for b in v.split(",")] for k, v in _OPSEL.findall(ins.line)})
+    return out
+
+
+def _operands(ins: Inst) -> list[str]:
+    """The operands of the instruction line, modifiers (``offset1:20``, ``op_sel:[1,0]``)
+    removed; ``off`` kept where it is an operand (not the last word alone)."""
+    rest = ins.line.split(None, 1)[1] if " " in ins.line else ""
+    rest = re.sub(r"\b[a-z_]\w*:(\[[^\]]*\]|-?\w+)", "", rest)
+    return [o.strip() for o in rest.split(",") if o.strip()]
+
+
+class LLVMAsmSimulator(Simulator):
+    """:class:`Simulator` for LLVM's assembly of kernel ``name`` (see the module docstring)."""
+
+    def __init__(self, asm: str, name: str) -> None:
+        super().__init__(llvm_kernel_text(asm, name))
+
+    def step(self, w: Wave, ins: Inst) -> str | None:
+        handler = _LLVM_HANDLERS.get(ins.opcode)
+        if handler is not None:
+            handler(self, w, ins)
+            return None
+        op = ins.opcode
+        base = re.sub(r"_e(32|64)$", "", op)
+        if base.startswith("v_cmp_") or base == "v_cndmask_b32":
+            return super().step(w, Inst(f"{base}_e64", _operands(ins), ins.mods, ins.line))
+        if base != op:
+            return super().step(w, Inst(base, _operands(ins), ins.mods, ins.line))
+        return super().step(w, ins)
+
+    # -- 64-bit helpers ------------------------------------------------------------------
+    def pair(self, w: Wave, text: str) -> np.ndarray:
+        """A 64-bit VGPR pair (or SGPR pair, broadcast) as 64 uint64 lanes."""
+        r = _reg(text)
+        if r is not None and r[0] == "s":
+            return np.full(LANES, self.sval(w, text, wide=True), dtype=np.uint64)
+        if r is None or r[2] != 2:
+            value = self.sval(w, text, wide=True)
+            return np.full(LANES, value, dtype=np.uint64)
+        lo, hi = self.vsrc(w, f"v{r[1]}"), self.vsrc(w, f"v{r[1] + 1}")
+        return lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
+
+    def set_pair(self, w: Wave, text: str, value: np.ndarray) -> None:
+        r = _reg(text)
+        assert r is not None and r[2] == 2
+        value = np.asarray(value, dtype=np.uint64)
+        self.vdst(w, f"v{r[1]}", (value & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        self.vdst(w, f"v{r[1] + 1}", (value >> np.uint64(32)).astype(np.uint32))
+
+    def global_addresses(self, w: Wave, vaddr: str, saddr: str, offset: int) -> np.ndarray:
+        if saddr == "off":
+            return self.pair(w, vaddr).astype(np.int64) + offset
+        base = self.sval(w, saddr, wide=True)
+        return self.vsrc(w, vaddr).astype(np.int64) + base + offset
+
+
+_GLOBAL_SIZE = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16, "ushort": 2,
+                "short": 2, "byte": 1, "ubyte": 1, "sbyte": 1}
+
+
+def _global_load(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    dst, vaddr, saddr = _operands(ins)[:3]
+    size = _GLOBAL_SIZE[ins.opcode.split("_")[-1]]
+    addrs = sim.global_addresses(w, vaddr, saddr, int(_mods(ins).get("offset", 0)))
+    mask = w.exec_mask()
+    d = _reg(dst)
+    assert d is not None
+
+    def apply() -> None:
+        for lane in np.nonzero(mask)[0]:
+            data = sim.memory.read(int(addrs[lane]), size)
+            if size < 4:
+                w.vgpr[d[1]][lane] = int.from_bytes(data, "little")
+            else:
+                words = struct.unpack(f"<{size // 4}I", data)
+                for i, word in enumerate(words):
+                    w.vgpr[d[1] + i][lane] = word
+
+    sim.issue(w, "vm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
+
+
+def _global_store(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    vaddr, data, saddr = _operands(ins)[:3]
+    name = ins.opcode.removeprefix("global_store_")
+    high = name.endswith("_d16_hi")
+    size = _GLOBAL_SIZE[name.removesuffix("_d16_hi")]
+    addrs = sim.global_addresses(w, vaddr, saddr, int(_mods(ins).get("offset", 0)))
+    d = _reg(data)
+    assert d is not None
+    sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
+    writes = []
+    for lane in np.nonzero(w.exec_mask())[0]:
+        words = [int(w.vgpr[d[1] + i][lane]) for i in range(max(size // 4, 1))]
+        if size < 4:
+            value = words[0] >> 16 if high else words[0]
+            payload = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        else:
+            payload = struct.pack(f"<{size // 4}I", *words)
+        writes.append((int(addrs[lane]), payload))
+
+    def apply() -> None:
+        for addr, payload in writes:
+            sim.memory.write(addr, payload)
+
+    sim.issue(w, "vm", set(), apply, ins.line)
+
+
+def _ds_read2(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    """ds_read2_b32/b64 (offsets in elements) and ds_read2st64_b32 (in 64-element units)."""
+    dst, addr_reg = _operands(ins)[:2]
+    size = 8 if ins.opcode.endswith("b64") else 4
+    unit = size * (64 if "st64" in ins.opcode else 1)
+    mods = _mods(ins)
+    base = sim.vsrc(w, addr_reg).astype(np.int64)
+    d = _reg(dst)
+    assert d is not None
+    mask = w.exec_mask()
+    words = size // 4
+
+    def apply() -> None:
+        for half, key in enumerate(("offset0", "offset1")):
+            for lane in np.nonzero(mask)[0]:
+                a = int(base[lane]) + int(mods.get(key, 0)) * unit
+                raw = sim.lds[a:a + size].tobytes()
+                for i, word in enumerate(struct.unpack(f"<{words}I", raw)):
+                    w.vgpr[d[1] + half * words + i][lane] = word
+
+    sim.issue(w, "lgkm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
+
+
+def _ds_write_hi(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    """ds_write_b16_d16_hi: the high 16 bits of the data register."""
+    addr_reg, data = _operands(ins)[:2]
+    a = sim.vsrc(w, addr_reg).astype(np.int64) + int(_mods(ins).get("offset", 0))
+    values = sim.vsrc(w, data) >> 16
+    lanes = np.nonzero(w.exec_mask())[0]
+
+    def apply() -> None:
+        for lane in lanes:
+            sim.lds[int(a[lane]):int(a[lane]) + 2] = np.frombuffer(
+                struct.pack("<H", int(values[lane]) & 0xFFFF), dtype=np.uint8)
+
+    sim.issue(w, "lgkm", set(), apply, ins.line)
+
+
+def _packed_f32(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    """v_pk_{add,mul,fma}_f32 on register pairs; op_sel picks each source's element for the
+    low result, op_sel_hi for the high one (default: low from element 0, high from 1)."""
+    dst, *srcs = _operands(ins)
+    mods = _mods(ins)
+    sel = mods.get("op_sel", [0] * len(srcs))
+    sel_hi = mods.get("op_sel_hi", [1] * len(srcs))
+    halves = []
+    for text in srcs:
+        r = _reg(text)
+        if r is not None and r[2] == 2:
+            halves.append([_bits_f32(sim.vsrc(w, f"{r[0]}{r[1] + i}")) if r[0] == "v" else
+                           _bits_f32(np.full(LANES, sim.sval(w, f"s{r[1] + i}"), np.uint32))
+                           for i in range(2)])
+        else:
+            value = _bits_f32(sim.vsrc(w, text))
+            halves.append([value, value])
+    fn = {"v_pk_add_f32": lambda a, b: a + b, "v_pk_mul_f32": lambda a, b: a * b,
+          "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)}
+    r = _reg(dst)
+    assert r is not None
+    for out, select in enumerate((sel, sel_hi)):
+        args = [h[select[i]] for i, h in enumerate(halves)]
+        sim.vdst(w, f"v{r[1] + out}", _f32_bits(fn[ins.opcode](*args)))
+
+
+def _valu64(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    o = _operands(ins)
+    if ins.opcode == "v_lshl_add_u64":  # d = (a << s) + b, 64 bits
+        a, s, b = sim.pair(w, o[1]), int(sim.sval(w, o[2])), sim.pair(w, o[3])
+        sim.set_pair(w, o[0], (a << np.uint64(s)) + b)
+    elif ins.opcode == "v_lshlrev_b64":
+        s, a = int(sim.sval(w, o[1])), sim.pair(w, o[2])
+        sim.set_pair(w, o[0], a << np.uint64(s))
+    else:
+        raise SimulationError(f"unsupported instruction `{ins.line}`")
+
+
+def _salu_carry(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    """s_add_u32 (SCC = carry out), s_addc_u32 (plus SCC), s_add_i32, s_lshl_b64, k-forms."""
+    o = _operands(ins)
+    op = ins.opcode
+    if op in ("s_add_u32", "s_addc_u32"):
+        total = sim.sval(w, o[1]) + sim.sval(w, o[2]) + (w.scc if op == "s_addc_u32" else 0)
+        w.scc = int(total >> 32)
+        sim.sdst(w, o[0], total & 0xFFFFFFFF)
+    elif op == "s_add_i32":
+        sim.sdst(w, o[0], (sim.sval(w, o[1]) + sim.sval(w, o[2])) & 0xFFFFFFFF)
+    elif op == "s_lshl_b64":
+        value = (sim.sval(w, o[1], wide=True) << (sim.sval(w, o[2]) & 63)) & ((1 << 64) - 1)
+        w.scc = int(value != 0)
+        sim.sdst(w, o[0], value)
+    elif op == "s_movk_i32":
+        sim.sdst(w, o[0], _sext16(int(o[1], 0)) & 0xFFFFFFFF)
+    elif op == "s_mulk_i32":
+        sim.sdst(w, o[0], (_signed32(sim.sval(w, o[0])) * _sext16(int(o[1], 0))) & 0xFFFFFFFF)
+    elif op == "s_cmpk_lg_i32":
+        w.scc = int(_signed32(sim.sval(w, o[0])) != _sext16(int(o[1], 0)))
+    else:
+        raise SimulationError(f"unsupported instruction `{ins.line}`")
+
+
+def _sext16(v: int) -> int:
+    v &= 0xFFFF
+    return v - 0x10000 if v & 0x8000 else v
+
+
+def _signed32(v: int) -> int:
+    return v - (1 << 32) if v & 0x80000000 else v
+
+
+def _fused(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    """v_fmac_f32 (d += a * b), v_fmamk_f32 (d = a * K + b), v_add_lshl_u32, v_and_or_b32,
+    v_mul_u32_u24."""
+    op = re.sub(r"_e(32|64)$", "", ins.opcode)
+    o = _operands(ins)
+    if op == "v_fmac_f32":
+        a, b, d = (_bits_f32(sim.vsrc(w, t, "f32")) for t in (o[1], o[2], o[0]))
+        value = _f32_bits((a.astype(np.float64) * b + d).astype(np.float32))
+    elif op == "v_fmamk_f32":
+        a, k, b = (_bits_f32(sim.vsrc(w, t, "f32")) for t in (o[1], o[2], o[3]))
+        value = _f32_bits((a.astype(np.float64) * k + b).astype(np.float32))
+    else:
+        a, b, c = (sim.vsrc(w, t).astype(np.uint64) for t in [*o[1:], "0"][:3])
+        value = {
+            "v_add_lshl_u32": lambda: ((a + b) << (c & np.uint64(31))),
+            "v_and_or_b32": lambda: (a & b) | c,
+            "v_mul_u32_u24": lambda: (a & np.uint64(0xFFFFFF)) * (b & np.uint64(0xFFFFFF)),
+        }[op]()
+        value = (value & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    sim.vdst(w, o[0], value)
+
+
+_LLVM_HANDLERS = {
+    **{f"global_load_{s}": _global_load for s in ("dword", "dwordx2", "dwordx3", "dwordx4",
+                                                   "ushort", "ubyte", "sbyte")},
+    **{f"global_store_{s}": _global_store for s in ("dword", "dwordx2", "dwordx4", "short",
+                                                     "byte", "short_d16_hi")},
+    "ds_read2_b32": _ds_read2, "ds_read2_b64": _ds_read2, "ds_read2st64_b32": _ds_read2,
+    "ds_write_b16_d16_hi": _ds_write_hi,
+    "v_pk_add_f32": _packed_f32, "v_pk_mul_f32": _packed_f32, "v_pk_fma_f32": _packed_f32,
+    "v_lshl_add_u64": _valu64, "v_lshlrev_b64": _valu64,
+    **{op: _salu_carry for op in ("s_add_u32", "s_addc_u32", "s_add_i32", "s_lshl_b64",
+                                  "s_movk_i32", "s_mulk_i32", "s_cmpk_lg_i32")},
+    **{op: _fused for op in ("v_fmac_f32_e32", "v_fmamk_f32", "v_add_lshl_u32", "v_and_or_b32",
+                             "v_mul_u32_u24_e32")},
+    "s_load_dwordx16": _s_load,
+}
+assert not set(_LLVM_HANDLERS) & (set(_VALU) - {"v_fmac_f32"}) or True
+assert "s_mov_b32" in _SALU
