@@ -123,11 +123,6 @@ def test_stripped_kernel_races_for_the_verifier(kind):
     assert any(h.kind is HazardKind.RAW for h in hazards), hazards
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: the verifier does not yet follow cp.async groups across the pipelined "
-    "loop nor prove swizzled copy chunks disjoint (reports WAW/RAW on the hand kernels)",
-)
 @pytest.mark.parametrize("kind", sorted(KERNELS))
 def test_hand_kernel_verifies_clean(kind):
     assert find_shared_hazards(variant(kind, "hand"), "sm_90a") == []
