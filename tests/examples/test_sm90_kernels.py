@@ -186,3 +186,34 @@ def test_ptxas_assembles_without_serialising_wgmma(name, sources, ws, tmp_path):
     assert "C7514" not in log  # wgmma serialised by accumulator reads
     assert "C7508" not in log  # setmaxnreg ignored
     assert "0 bytes spill stores" in log
+
+
+# tilewave.racecheck executes the lowered kernel (one block, 2 of its K-step ring wraps) and
+# shares no code with the passes or the verifier. The single-role kernel runs under the
+# "warps" schedule: under lockstep/reverse, thread 0 (the TMA issuer) waits on a stage's
+# mbarrier in a different K step than its warp, which racecheck does not run
+# ("threads of one group use different mbarriers").
+RACECHECK = {"gemm": ["warps"], "ws": ["lockstep"]}
+TMA_BOX_BYTES = {"A_map": 128 * 64 * 2, "B_map": 128 * 64 * 2, "C_map": 128 * 64 * 2}
+
+
+def _racecheck(module, variant, schedules):
+    import tilewave
+
+    with tvm.transform.PassContext(disabled_pass=HAND_ONLY):
+        lowered = tilewave.lower(getattr(module, variant)(128, 128, 512), "sm_90a")
+    return tilewave.racecheck(lowered, "sm_90a", blocks=1, schedules=schedules,
+                              func_name=f"{module.NAME}_kernel",
+                              tensor_map_bytes=TMA_BOX_BYTES)
+
+
+@pytest.mark.parametrize("name", ["gemm", "ws"])
+def test_hand_kernels_run_clean_in_racecheck(name, request):
+    report = _racecheck(request.getfixturevalue(name), "hand", RACECHECK[name])
+    assert report.ok, report.format()
+
+
+def test_stripped_ws_kernel_races_on_the_c_tile_in_racecheck(ws):
+    report = _racecheck(ws, "stripped", RACECHECK["ws"])
+    kinds = {finding.kind for finding in report.findings}
+    assert {"RAW", "PROXY"} <= kinds  # C stores vs the TMA store: no barrier, no fence
