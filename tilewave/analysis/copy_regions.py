@@ -26,7 +26,7 @@ from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
 
-__all__ = ["COPY_OPERANDS", "copy_region"]
+__all__ = ["COPY_OPERANDS", "MATRIX_ROW_OPS", "copy_region"]
 
 _PTX = "tirx.ptx."
 #: op-name prefix -> (destination operand, byte-count operand)
@@ -39,10 +39,24 @@ COPY_OPERANDS: dict[str, tuple[int, int]] = {
 _UNWRAP = frozenset({"tirx.cuda.cvta_generic_to_shared"})
 
 
-def _operands_of(name: str) -> tuple[int, int] | None:
-    for prefix, operands in COPY_OPERANDS.items():
-        if name.startswith(prefix):
-            return operands
+#: warp-collective matrix loads/stores: each lane gives one 16-byte row address
+#: (``ldmatrix``/``stmatrix`` ``.x1``/``.x2`` use only lanes 0-7/0-15; counting every lane
+#: over-approximates, which is sound)
+MATRIX_ROW_OPS: tuple[str, ...] = (_PTX + "ldmatrix", _PTX + "stmatrix")
+_MATRIX_ROW_BYTES = 16
+_ADDRESS_OPS = frozenset({"tirx.address_of", "tirx.tvm_access_ptr", *_UNWRAP})
+
+
+def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
+    """``(destination address, byte count)`` operands of a copy or matrix-row op."""
+    name = callee_name(call)
+    for prefix, (dst, size) in COPY_OPERANDS.items():
+        if name.startswith(prefix) and len(call.args) > max(dst, size):
+            return call.args[dst], call.args[size]
+    if name.startswith(MATRIX_ROW_OPS):
+        for arg in call.args:
+            if isinstance(arg, ir.expr.Call) and callee_name(arg) in _ADDRESS_OPS:
+                return arg, tirx.IntImm("int32", _MATRIX_ROW_BYTES)
     return None
 
 
@@ -88,15 +102,16 @@ def _flat_to_indices(shape: list[int], flat: Any) -> tuple[Any, ...]:
 
 
 def copy_region(call: ir.expr.Call, buffer: Any) -> tuple[tuple[Any, ...], Any, int] | None:
-    """The elements of ``buffer`` that the async copy ``call`` writes.
+    """The elements of ``buffer`` that the async copy ``call`` writes (or that one lane's
+    row of an ``ldmatrix``/``stmatrix`` reads or writes).
 
     Returns ``(indices, var, count)``: the indices over the fresh ``var``, which ranges over
     ``[0, count)``; ``None`` when the region is not known (treat as the whole buffer).
     """
-    operands = _operands_of(callee_name(call))
-    if operands is None or len(call.args) <= max(operands):
+    operands = _operands_of(call)
+    if operands is None:
         return None
-    dst, size = (call.args[i] for i in operands)
+    dst, size = operands
     start = _start(dst)
     if start is None or not start[0].same_as(buffer) or not isinstance(size, tirx.IntImm):
         return None

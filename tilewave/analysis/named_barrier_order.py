@@ -142,8 +142,9 @@ def _id_uses(func: Any) -> dict[int, int]:
             uses[key] = uses.get(key, 0) + 1
             return
         for arg in args:
-            if isinstance(arg, ir.expr.StringImm) and ("bar." in arg.value
-                                                       or "barrier." in arg.value):
+            if isinstance(arg, ir.expr.StringImm) and (
+                "bar." in arg.value or "barrier." in arg.value
+            ):
                 uses[_ANY_ID] = uses.get(_ANY_ID, 0) + 1
 
     post_order_visit(func.body, count)
@@ -282,8 +283,11 @@ def warp_aligned(condition: Any, tags: dict[Any, str], extents: dict[Any, int]) 
     if total % WARP_SIZE:
         return False
     linear = np.arange(total, dtype=np.int64)
-    by_tag = {"threadIdx.x": linear % ex, "threadIdx.y": (linear // ex) % ey,
-              "threadIdx.z": linear // (ex * ey)}
+    by_tag = {
+        "threadIdx.x": linear % ex,
+        "threadIdx.y": (linear // ex) % ey,
+        "threadIdx.z": linear // (ex * ey),
+    }
     env = {var: by_tag[tag] for var, tag in tags.items() if tag in by_tag}
     try:
         value = np.broadcast_to(np.asarray(_evaluate(condition, env)), (total,)).astype(bool)
@@ -355,7 +359,9 @@ def _phase_exact(
                     continue
                 here = arrivals[side][bar_id]
                 safe = safe and any(
-                    v != bar_id and v in syncs[side] and (
+                    v != bar_id
+                    and v in syncs[side]
+                    and (
                         syncs[side][v] < here  # waits on phase k+1 of v first
                         or arrivals[other][v] > arrivals[other][bar_id]  # v after r on both
                     )
@@ -395,8 +401,9 @@ def named_barrier_splits(
         arrivals: tuple[dict[int, int], dict[int, int]] = ({}, {})
         syncs: tuple[dict[int, int], dict[int, int]] = ({}, {})
         bad: set[int] = set()
-        for side, (branch, ids) in enumerate(((stmt.then_case, split.sides[0]),
-                                               (stmt.else_case, split.sides[1]))):
+        for side, (branch, ids) in enumerate(
+            ((stmt.then_case, split.sides[0]), (stmt.else_case, split.sides[1]))
+        ):
             top = list(branch.seq) if isinstance(branch, tirx.SeqStmt) else [branch]
             for node_id in ids:
                 node_stmt = nodes[node_id].stmt
@@ -404,23 +411,33 @@ def named_barrier_splits(
                 if found is None:
                     continue
                 kind, bar_id, threads = found
-                if (bar_id in arrivals[side] or threads != block_threads
-                        or not any(node_stmt.same_as(t) for t in top)):
+                if (
+                    bar_id in arrivals[side]
+                    or threads != block_threads
+                    or not any(node_stmt.same_as(t) for t in top)
+                ):
                     bad.add(bar_id)
                 arrivals[side][bar_id] = node_id
                 if kind == "sync":
                     syncs[side][bar_id] = node_id
         good = {
-            bar_id for bar_id in set(arrivals[0]) & set(arrivals[1])
+            bar_id
+            for bar_id in set(arrivals[0]) & set(arrivals[1])
             if 0 < bar_id <= _MAX_ID and bar_id not in bad and uses.get(bar_id) == 2
         }
         if split.repeats:
             good = _phase_exact(good, arrivals, syncs)
-        splits.append(NamedBarrierSplit(
-            split.sides,
-            ({i: n for i, n in arrivals[0].items() if i in good},
-             {i: n for i, n in arrivals[1].items() if i in good}),
-            ({i: n for i, n in syncs[0].items() if i in good},
-             {i: n for i, n in syncs[1].items() if i in good}),
-        ))
+        splits.append(
+            NamedBarrierSplit(
+                split.sides,
+                (
+                    {i: n for i, n in arrivals[0].items() if i in good},
+                    {i: n for i, n in arrivals[1].items() if i in good},
+                ),
+                (
+                    {i: n for i, n in syncs[0].items() if i in good},
+                    {i: n for i, n in syncs[1].items() if i in good},
+                ),
+            )
+        )
     return splits

@@ -254,8 +254,9 @@ class _Recorder:
             self.events[path] = cached
         return cached
 
-    def record(self, path: StmtPath, stmt: Any, name: str, event: ProxyEvent,
-               state: ProxyState) -> None:
+    def record(
+        self, path: StmtPath, stmt: Any, name: str, event: ProxyEvent, state: ProxyState
+    ) -> None:
         if path not in self.kinds:
             self.kinds[path] = (stmt, name, event)
             self.order.append(path)
@@ -295,8 +296,9 @@ def _flow(rec: _Recorder, path: StmtPath, stmt: Any, state: ProxyState) -> _Flow
             other = _Flow(state)
         else:
             other = _flow(rec, (*path, ("else_case", -1)), stmt.else_case, state)
-        return _Flow(then.normal | other.normal, then.breaks | other.breaks,
-                     then.continues | other.continues)
+        return _Flow(
+            then.normal | other.normal, then.breaks | other.breaks, then.continues | other.continues
+        )
     if isinstance(stmt, tirx.Break):
         return _Flow(_UNREACHABLE, breaks=state)
     if isinstance(stmt, tirx.Continue):
@@ -320,8 +322,13 @@ def _flow_seq(rec: _Recorder, path: StmtPath, stmt: tirx.SeqStmt, state: ProxySt
     return flow
 
 
-def _iterate(rec: _Recorder, body_path: StmtPath, body: Any, entry: ProxyState,
-             head_events: tuple[StmtPath, Any] | None) -> tuple[ProxyState, _Flow]:
+def _iterate(
+    rec: _Recorder,
+    body_path: StmtPath,
+    body: Any,
+    entry: ProxyState,
+    head_events: tuple[StmtPath, Any] | None,
+) -> tuple[ProxyState, _Flow]:
     """Least fixed point of ``head = entry | body(head)``; returns (head, last body flow)."""
     head = entry
     while True:
@@ -393,4 +400,3 @@ def analyze_proxy_state(func: tirx.PrimFunc, conservative: bool = False) -> Prox
         fences=tuple(s for s in sites if s.event is ProxyEvent.FENCE),
         exit_state=exit_flow.normal,
     )
-

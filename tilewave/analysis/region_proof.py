@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
+from tilewave.analysis.index_enumeration import enumerate_no_overlap
 from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
 
 if TYPE_CHECKING:
@@ -274,9 +275,19 @@ def prove_no_overlap(
     """
     if a.resolved_indices is None or b.resolved_indices is None:
         return False
-    if not all(analysable(e) for e in (*a.resolved_indices, *b.resolved_indices)):
+    if not (a.indices_analysable and b.indices_analysable):
         return False
     common = common_loops(a, b)
+    # finite index spaces are decided exactly (bit arithmetic such as XOR swizzles and
+    # masks included, which the analyzer cannot read); the analyzer handles the rest
+    aligned = {
+        la.loop: v for la, _ in common for k, v in (iterations or {}).items() if k.same_as(la.loop)
+    }
+    verdict = enumerate_no_overlap(
+        a, b, thread_extents, aligned, same_thread_ordered, positions, finished
+    )
+    if verdict is not None:
+        return verdict
     options = [
         sorted((iterations or {}).get(la.loop, frozenset({ANY}))) if iterations else [ANY]
         for la, _ in common

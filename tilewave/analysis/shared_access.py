@@ -30,7 +30,7 @@ from typing import Any
 
 from tvm import ir, tirx
 
-from tilewave.analysis.copy_regions import copy_region
+from tilewave.analysis.copy_regions import MATRIX_ROW_OPS, copy_region
 from tilewave.analysis.region_proof import ANY, FAR, analysable, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.errors import MalformedKernelError, where
@@ -170,6 +170,10 @@ class SharedAccess:
     #: thread's open group, ``commit_group`` closes that group, and ``wait_group N`` retires
     #: every committed group but the newest ``N``
     async_group: bool = False
+    #: a warp-collective access (``ldmatrix``/``stmatrix``): the lane that gives the
+    #: address is not the lane whose registers the data moves through, so even one lane's
+    #: own earlier write is not ordered with it by program order
+    collective: bool = False
 
     @functools.cached_property
     def resolved_indices(self) -> tuple[Any, ...] | None:
@@ -177,6 +181,13 @@ class SharedAccess:
         if self.indices is None:
             return None
         return tuple(self.scope.resolve(i) for i in self.indices)
+
+    @functools.cached_property
+    def indices_analysable(self) -> bool:
+        """Whether every (resolved) index is plain integer arithmetic."""
+        return self.resolved_indices is not None and all(
+            analysable(e) for e in self.resolved_indices
+        )
 
     @functools.cached_property
     def path_conditions(self) -> tuple[Any, ...]:
@@ -336,11 +347,12 @@ class _AccessCollector(TIRVisitor):
         indices: Iterable[Any] | None,
         extra_loop: LoopRange | None = None,
         async_group: bool = False,
+        collective: bool = False,
     ) -> None:
         idx = None if indices is None else tuple(indices)
         loops = self._scope.loops + ((extra_loop,) if extra_loop is not None else ())
         self.accesses.append(
-            SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope, async_group)
+            SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope, async_group, collective)
         )
 
     def visit_TensorLoad(self, node: Any) -> None:
@@ -366,16 +378,17 @@ class _AccessCollector(TIRVisitor):
             return
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
         group = node.op.name.startswith(_GROUP_COPY_PREFIXES)
+        collective = node.op.name.startswith(MATRIX_ROW_OPS)
         for kind in _kinds_of(effect):
             for buffer in buffers:
-                region = copy_region(node, buffer) if kind is AccessKind.ASYNC_WRITE else None
+                region = copy_region(node, buffer)
                 if region is None:
-                    self.add(buffer, kind, None, async_group=group)
+                    self.add(buffer, kind, None, async_group=group, collective=collective)
                     continue
                 indices, var, count = region
                 zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
                 span = LoopRange(var, 0, count, bounds=(zero, end))
-                self.add(buffer, kind, indices, span, async_group=group)
+                self.add(buffer, kind, indices, span, group, collective)
 
 
 def _kinds_of(effect: OpEffect) -> list[AccessKind]:
@@ -504,9 +517,7 @@ def is_thread_dependent(
         nonlocal found
         if isinstance(node, ir.expr.Var) and any(node.same_as(v) for v in targets):
             found = True
-        elif type(node).__name__ == "TensorLoad" and not any(
-            node.source.same_as(b) for b in same
-        ):
+        elif type(node).__name__ == "TensorLoad" and not any(node.source.same_as(b) for b in same):
             found = True  # a loaded value may differ between threads
 
     post_order_visit(expr, check)
@@ -649,9 +660,7 @@ def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
     return all(any(k.same_as(kb) and c == cb for kb, cb in b.items()) for k, c in a.items())
 
 
-_PROOF_CACHE: weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]] = (
-    weakref.WeakKeyDictionary()
-)
+_PROOF_CACHE: weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]] = weakref.WeakKeyDictionary()
 
 
 def same_iteration(a: SharedAccess, b: SharedAccess) -> dict[Any, frozenset[int]]:
@@ -692,7 +701,7 @@ def may_conflict(
         return False
     if a.indices is None or b.indices is None or len(a.indices) != len(b.indices):
         return True
-    ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind)
+    ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind) and not (a.collective or b.collective)
     if not _needs_proof(a, b, thread_extents, ordered):
         return False
     key = (
@@ -709,15 +718,40 @@ def may_conflict(
     return cached[key]
 
 
+@dataclass(frozen=True)
+class _IndexFacts:
+    """Per-access facts the cheap disjointness rules use (computed once per access)."""
+
+    bounds: tuple[tuple[int, int] | None, ...]
+    thread_parts: tuple[tuple[dict[Any, int], tuple[int, int]] | None, ...]
+
+
+_FACTS_CACHE: weakref.WeakKeyDictionary[SharedAccess, tuple[int, _IndexFacts]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _index_facts(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _IndexFacts:
+    cached = _FACTS_CACHE.get(access)
+    if cached is not None and cached[0] == id(thread_extents):
+        return cached[1]
+    ranges = _ranges_of(access, thread_extents)
+    indices = access.resolved_indices or ()
+    facts = _IndexFacts(
+        tuple(_bounds(x, ranges) for x in indices),
+        tuple(_thread_part(x, thread_extents, ranges) for x in indices),
+    )
+    _FACTS_CACHE[access] = (id(thread_extents), facts)
+    return facts
+
+
 def _needs_proof(
     a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], ordered: bool
 ) -> bool:
     """False when interval bounds or per-thread ownership prove the accesses apart (every
     loop variable independent, path conditions ignored); True: ask the analyzer."""
-    ranges_a, ranges_b = _ranges_of(a, thread_extents), _ranges_of(b, thread_extents)
-    ia, ib = a.resolved_indices, b.resolved_indices
-    for xa, xb in zip(ia, ib, strict=True):
-        ba, bb = _bounds(xa, ranges_a), _bounds(xb, ranges_b)
+    info_a, info_b = _index_facts(a, thread_extents), _index_facts(b, thread_extents)
+    for ba, bb in zip(info_a.bounds, info_b.bounds, strict=True):
         if ba is not None and bb is not None and (ba[1] < bb[0] or bb[1] < ba[0]):
             return False
     if not ordered:
@@ -726,9 +760,7 @@ def _needs_proof(
     if not wide_threads:
         return False  # a single thread: nobody else to race with
     covered: list[Any] = []
-    for xa, xb in zip(ia, ib, strict=True):
-        ta = _thread_part(xa, thread_extents, ranges_a)
-        tb = _thread_part(xb, thread_extents, ranges_b)
+    for ta, tb in zip(info_a.thread_parts, info_b.thread_parts, strict=True):
         if ta is not None and tb is not None and _same_terms(ta[0], tb[0]):
             lo, hi = min(ta[1][0], tb[1][0]), max(ta[1][1], tb[1][1])
             if hi - lo < min(abs(c) for c in ta[0].values()):

@@ -192,10 +192,15 @@ class _Graph:
             # threads that took different branches run them concurrently
             sides = (range(then_in, else_in), range(else_in, len(self.nodes)))
             self.concurrent.append(sides)
-            self.split_ifs.append(SplitIf(
-                stmt, sides, divergent, scope.resolve(stmt.condition),
-                repeats=bool(scope.loops) or self._whiles > 0,
-            ))
+            self.split_ifs.append(
+                SplitIf(
+                    stmt,
+                    sides,
+                    divergent,
+                    scope.resolve(stmt.condition),
+                    repeats=bool(scope.loops) or self._whiles > 0,
+                )
+            )
         exit_node = self.new()
         self.edge(then_out, exit_node)
         self.edge(else_out, exit_node)

@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -68,7 +68,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
     where,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import post_order_visit, rebuild
+from tilewave.ir.walker import rebuild
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
 from tilewave.transforms.named_barriers import (
@@ -865,31 +865,34 @@ def _sync_cost(new: Any, old: Any) -> tuple[int, int]:
     return (_barrier_count(new) - _barrier_count(old), _wait_strength(new) - _wait_strength(old))
 
 
+def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
+    """The synchronisation actions of the statements under ``stmt`` (expressions are not
+    entered: every synchronisation is an ``Evaluate`` statement)."""
+    if isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from _sync_actions(child)
+        return
+    if isinstance(stmt, tirx.Evaluate):
+        action = sync_action(stmt)
+        if action is not None:
+            yield action
+        return
+    for field in ("body", "then_case", "else_case"):
+        child = getattr(stmt, field, None)
+        if isinstance(child, tirx.Stmt):
+            yield from _sync_actions(child)
+
+
 def _wait_strength(stmt: Any) -> int:
-    total = 0
-
-    def check(node: Any) -> None:
-        nonlocal total
-        if isinstance(node, tirx.Evaluate):
-            action = sync_action(node)
-            if action is not None and action.kind is SyncKind.ASYNC_WAIT:
-                total += max(MAX_NEWER_GROUPS - action.arg, 0)
-
-    post_order_visit(stmt, check)
-    return total
+    return sum(
+        max(MAX_NEWER_GROUPS - a.arg, 0)
+        for a in _sync_actions(stmt)
+        if a.kind is SyncKind.ASYNC_WAIT
+    )
 
 
 def _barrier_count(stmt: Any) -> int:
-    count = 0
-
-    def check(node: Any) -> None:
-        nonlocal count
-        if isinstance(node, tirx.Evaluate):
-            action = sync_action(node)
-            count += action is not None and (action.is_full_barrier or action.kind is SyncKind.WAIT)
-
-    post_order_visit(stmt, check)
-    return count
+    return sum(a.is_full_barrier or a.kind is SyncKind.WAIT for a in _sync_actions(stmt))
 
 
 def _func_name(func: tirx.PrimFunc) -> str:

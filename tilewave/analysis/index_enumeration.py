@@ -1,0 +1,514 @@
+"""Exact disjointness of two shared accesses by enumerating their index spaces.
+
+The arithmetic analyzer behind :mod:`tilewave.analysis.region_proof` cannot reason about
+XOR swizzles (``chunk ^ ((row >> 1) & 3)``), masks of loop counters and similar bit
+arithmetic that every fast tensor-core kernel uses. When every variable of both accesses
+ranges over a known finite set — thread indices, loops with constant bounds, the bytes of
+a copy — the question "may two different threads touch one element?" is decided exactly
+by evaluating both index expressions over those sets with NumPy and intersecting the
+resulting addresses.
+
+The two accesses' loops are related as the caller says (the same iteration, the next one,
+two or more later, unrelated; a loop entered after ``a`` at a known iteration; a loop
+``a`` ran in that has since exited). For each assignment of the shared loop variables
+("context") the addresses of ``a`` and of ``b`` are computed with the thread that makes
+them; a conflict is an address both touch from two different threads (from any threads
+when their own order does not count, as for async copies).
+
+Anything not enumerable (a symbolic bound, a parameter or block index in an index, a
+load, an unknown call, too many points) gives ``None``: no answer, the caller stays
+conservative.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tvm import ir, tirx
+
+if TYPE_CHECKING:
+    from tilewave.analysis.shared_access import LoopRange, SharedAccess
+
+__all__ = ["enumerate_no_overlap"]
+
+#: the most index points (both accesses, all contexts) one question may evaluate
+MAX_POINTS = 1 << 21
+#: shared loops related by "two or more iterations apart" are enumerated as pairs up to
+#: this trip count; longer ones are treated as unrelated (sound, less precise)
+MAX_PAIR_TRIPS = 16
+#: addresses are below this (element offsets into one buffer)
+_ADDRESS_SPAN = 1 << 24
+_FAR, _ANY = 2, 3  # the distances of tilewave.analysis.region_proof
+
+
+class _NotEnumerable(Exception):
+    pass
+
+
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    tirx.Add: np.add,
+    tirx.Sub: np.subtract,
+    tirx.Mul: np.multiply,
+    tirx.FloorDiv: np.floor_divide,
+    tirx.FloorMod: np.mod,
+    tirx.Min: np.minimum,
+    tirx.Max: np.maximum,
+    tirx.EQ: np.equal,
+    tirx.NE: np.not_equal,
+    tirx.LT: np.less,
+    tirx.LE: np.less_equal,
+    tirx.GT: np.greater,
+    tirx.GE: np.greater_equal,
+    tirx.And: np.logical_and,
+    tirx.Or: np.logical_or,
+}
+_BITWISE_TYPES: dict[str, Callable[[Any, Any], Any]] = {
+    "BitwiseAnd": np.bitwise_and,
+    "BitwiseOr": np.bitwise_or,
+    "BitwiseXor": np.bitwise_xor,
+    "LShift": np.left_shift,
+    "RShift": np.right_shift,
+}
+_BITWISE_CALLS: dict[str, Callable[[Any, Any], Any]] = {
+    "tirx.bitwise_and": np.bitwise_and,
+    "tirx.bitwise_or": np.bitwise_or,
+    "tirx.bitwise_xor": np.bitwise_xor,
+    "tirx.shift_left": np.left_shift,
+    "tirx.shift_right": np.right_shift,
+}
+
+
+def _truncdiv(x: Any, y: Any) -> Any:
+    return np.sign(x) * np.sign(y) * (np.abs(x) // np.abs(y))
+
+
+def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
+    """``expr`` over NumPy arrays of variable values (broadcasting)."""
+    if isinstance(expr, tirx.IntImm):
+        return np.int64(expr.value)
+    if isinstance(expr, ir.expr.Var):
+        for var, value in env.items():
+            if var.same_as(expr):
+                return value
+        raise _NotEnumerable(str(expr))
+    if isinstance(expr, tirx.Cast):
+        return _evaluate(expr.value, env)
+    op = _BINARY.get(type(expr))
+    if op is not None:
+        a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
+        if op in (np.floor_divide, np.mod) and np.any(np.asarray(b) == 0):
+            raise _NotEnumerable("division by zero")
+        return op(a, b)
+    if isinstance(expr, (tirx.Div, tirx.Mod)):
+        a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
+        if np.any(np.asarray(b) == 0):
+            raise _NotEnumerable("division by zero")
+        q = _truncdiv(a, b)
+        return q if isinstance(expr, tirx.Div) else a - q * b
+    bitwise = _BITWISE_TYPES.get(type(expr).__name__)
+    if bitwise is not None:
+        return bitwise(_evaluate(expr.a, env), _evaluate(expr.b, env))
+    if isinstance(expr, tirx.Not):
+        return np.logical_not(_evaluate(expr.a, env))
+    if isinstance(expr, tirx.Select):
+        cond = _evaluate(expr.condition, env)
+        return np.where(cond, _evaluate(expr.true_value, env), _evaluate(expr.false_value, env))
+    if isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op):
+        name = expr.op.name
+        if name in _BITWISE_CALLS and len(expr.args) == 2:
+            return _BITWISE_CALLS[name](_evaluate(expr.args[0], env), _evaluate(expr.args[1], env))
+        if name == "tirx.if_then_else" and len(expr.args) == 3:
+            cond = _evaluate(expr.args[0], env)
+            return np.where(cond, _evaluate(expr.args[1], env), _evaluate(expr.args[2], env))
+    raise _NotEnumerable(type(expr).__name__)
+
+
+def _values(loop: LoopRange) -> np.ndarray:
+    if loop.min is None or loop.extent is None or loop.step is None or loop.extent <= 0:
+        raise _NotEnumerable(f"loop {loop.var} without constant bounds")
+    return loop.min + np.arange(loop.extent, dtype=np.int64) * loop.step
+
+
+def _flat(access: SharedAccess) -> Any:
+    shape = access.buffer.ty.shape
+    if any(not isinstance(e, tirx.IntImm) for e in shape):
+        raise _NotEnumerable("symbolic buffer shape")
+    flat: Any = None
+    for idx, ext in zip(access.resolved_indices, shape, strict=True):
+        flat = idx if flat is None else flat * int(ext.value) + idx
+    return flat
+
+
+def _free_vars(exprs: list[Any]) -> list[Any]:
+    found: list[Any] = []
+    for expr in exprs:
+        for var in tirx.analysis.undefined_vars(expr, []):
+            if not any(var.same_as(v) for v in found):
+                found.append(var)
+    return found
+
+
+def _affine_coefficient(expr: Any, var: Any) -> int | None:
+    """``c`` when ``expr`` is ``c * var + (terms without var)``; ``None`` otherwise."""
+    if isinstance(expr, ir.expr.Var):
+        return 1 if expr.same_as(var) else 0
+    if isinstance(expr, tirx.IntImm):
+        return 0
+    if isinstance(expr, tirx.Cast):
+        return _affine_coefficient(expr.value, var)
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        a, b = _affine_coefficient(expr.a, var), _affine_coefficient(expr.b, var)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(expr, tirx.Add) else a - b
+    if isinstance(expr, tirx.Mul):
+        for x, y in ((expr.a, expr.b), (expr.b, expr.a)):
+            if isinstance(y, tirx.IntImm):
+                c = _affine_coefficient(x, var)
+                return None if c is None else c * int(y.value)
+    return 0 if not _mentions(expr, var) else None
+
+
+def _mentions(expr: Any, var: Any) -> bool:
+    return any(v.same_as(var) for v in _free_vars([expr]))
+
+
+def _modulus(expr: Any) -> tuple[Any, int] | None:
+    """``(x, m)`` for ``x % m`` or ``x & (m - 1)`` with a constant power-of-two mask."""
+    if isinstance(expr, tirx.FloorMod) and isinstance(expr.b, tirx.IntImm) and expr.b.value > 0:
+        return expr.a, int(expr.b.value)
+    mask = None
+    if type(expr).__name__ == "BitwiseAnd":
+        x, mask = expr.a, expr.b
+    elif isinstance(expr, ir.expr.Call) and getattr(expr.op, "name", "") == "tirx.bitwise_and":
+        x, mask = expr.args
+    if isinstance(mask, tirx.IntImm) and mask.value >= 0 and (mask.value + 1) & mask.value == 0:
+        return x, int(mask.value) + 1
+    return None
+
+
+def _period(expr: Any, var: Any) -> int | None:
+    """A period ``P`` in ``var`` of ``expr`` (``expr(var + P * step) == expr(var)`` for the
+    unit step), when ``var`` occurs only inside ``(c * var + ...) % m`` or a power-of-two
+    mask; 1 when it does not occur; ``None`` when not periodic."""
+    if not _mentions(expr, var):
+        return 1
+    mod = _modulus(expr)
+    if mod is not None:
+        x, m = mod
+        c = _affine_coefficient(x, var)
+        if c is not None:
+            return m // math.gcd(abs(c), m) if c else 1
+    children = _operands(expr)
+    if children is None:
+        return None
+    period = 1
+    for child in children:
+        p = _period(child, var)
+        if p is None:
+            return None
+        period = period * p // math.gcd(period, p)
+    return period
+
+
+def _operands(expr: Any) -> list[Any] | None:
+    if isinstance(expr, ir.expr.Var):
+        return None  # the variable itself, outside any modulus
+    if isinstance(expr, tirx.Cast):
+        return [expr.value]
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return [expr.a, expr.b]
+    if isinstance(expr, tirx.Not):
+        return [expr.a]
+    if isinstance(expr, tirx.Select):
+        return [expr.condition, expr.true_value, expr.false_value]
+    if isinstance(expr, ir.expr.Call):
+        return list(expr.args)
+    return None
+
+
+def _one_per_residue(
+    candidates: np.ndarray, base: np.ndarray, period: int, loop: LoopRange
+) -> np.ndarray:
+    """The first of ``candidates`` in each residue class of the iteration number modulo
+    ``period`` (iteration numbers counted from ``loop``'s start)."""
+    if len(candidates) == 0:
+        return candidates
+    iteration = (candidates - int(_values(loop)[0])) // loop.step
+    _, first = np.unique(iteration % period, return_index=True)
+    return candidates[np.sort(first)]
+
+
+class _Side:
+    """One access's addresses and threads for a given assignment of some loop variables."""
+
+    def __init__(self, access: SharedAccess, thread_extents: Mapping[Any, int]) -> None:
+        self.access = access
+        self.flat = _flat(access)
+        self.conditions = list(access.path_conditions)
+        self.threads = [(v, e) for v, e in thread_extents.items() if e != 1]
+        for var, ext in self.threads:
+            if ext <= 0:
+                raise _NotEnumerable(f"thread extent of {var} unknown")
+        used = _free_vars([self.flat, *self.conditions])
+        self.loops = [lp for lp in access.loops if any(lp.var.same_as(u) for u in used)]
+        known = [v for v, _ in thread_extents.items()] + [lp.var for lp in self.loops]
+        for var in used:
+            if not any(var.same_as(k) for k in known):
+                raise _NotEnumerable(f"variable {var} with no known range")
+        self._valid: dict[Any, np.ndarray | None] = {}
+        self._periods: dict[Any, int | None] = {}
+
+    def valid(self, loop: LoopRange) -> np.ndarray | None:
+        """The iterations of ``loop`` in which the access can run, judged by the path
+        conditions on ``loop``'s variable alone; ``None`` when a condition mixes it with
+        other variables (then every iteration counts and no period is used)."""
+        if loop.loop not in self._valid:
+            values = _values(loop)
+            keep = np.ones(len(values), bool)
+            for cond in self.conditions:
+                free = _free_vars([cond])
+                if not any(v.same_as(loop.var) for v in free):
+                    continue
+                if len(free) > 1:
+                    self._valid[loop.loop] = None
+                    return None
+                keep &= np.broadcast_to(_evaluate(cond, {loop.var: values}), values.shape)
+            self._valid[loop.loop] = values[keep]
+        return self._valid[loop.loop]
+
+    def free_values(self, loop: LoopRange) -> np.ndarray:
+        """The iterations of a loop this side alone ranges over: one per residue of the
+        index's period among the iterations the conditions allow (they give the same
+        addresses)."""
+        valid = self.valid(loop)
+        period = self.period(loop)
+        if valid is None or period is None:
+            return _values(loop)
+        return _one_per_residue(valid, valid, period, loop)
+
+    def period(self, loop: LoopRange) -> int | None:
+        """A period of this access's index in ``loop``'s iterations (None: none known)."""
+        if loop.loop not in self._periods:
+            self._periods[loop.loop] = _period(self.flat, loop.var)
+        return self._periods[loop.loop]
+
+    def points(
+        self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(keys, thread ids)`` over the free variables, with ``fixed`` loop values (an
+        array of allowed values each). ``ties``: ``(var, offset, count)`` of loops shared
+        with the other side; the key holds the iteration ``var - offset`` (in
+        ``[0, count)``) next to the address, so only equal iterations meet."""
+        axes: list[tuple[Any, np.ndarray]] = [
+            (v, np.arange(e, dtype=np.int64)) for v, e in self.threads
+        ]
+        for lp in self.loops:
+            values = next((x for k, x in fixed.items() if k.same_as(lp.var)), None)
+            axes.append((lp.var, self.free_values(lp) if values is None else values))
+        size = int(np.prod([len(x) for _, x in axes], dtype=np.int64)) if axes else 1
+        if size > MAX_POINTS:
+            raise _NotEnumerable("too many points")
+        grids = np.meshgrid(*[x for _, x in axes], indexing="ij", sparse=True) if axes else []
+        env = {var: grid for (var, _), grid in zip(axes, grids, strict=True)}
+        shape = tuple(len(x) for _, x in axes)
+        key = np.broadcast_to(np.asarray(_evaluate(self.flat, env), np.int64), shape)
+        span = np.int64(_ADDRESS_SPAN)
+        for var, offset, count in ties:
+            iteration = np.asarray(_evaluate(var, env), np.int64) - offset
+            key = key + np.broadcast_to(iteration, shape) * span
+            span = span * np.int64(count + 2)
+        thread = np.zeros(shape, np.int64)
+        stride = 1
+        for (_, ext), grid in zip(self.threads, grids, strict=False):
+            thread = thread + np.broadcast_to(grid, shape) * stride
+            stride *= ext
+        keep = np.ones(shape, bool)
+        for cond in self.conditions:
+            keep &= np.broadcast_to(np.asarray(_evaluate(cond, env), bool), shape)
+        return key[keep].ravel(), thread[keep].ravel()
+
+
+_Context = tuple[dict[Any, np.ndarray], dict[Any, np.ndarray]]
+_Ties = tuple[list[tuple[Any, int, int]], list[tuple[Any, int, int]]]
+
+
+_SIDES: weakref.WeakKeyDictionary[Any, tuple[int, _Side | None]] = weakref.WeakKeyDictionary()
+
+
+def _side(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _Side:
+    """The (cached) enumerable form of ``access``; raises when it has none."""
+    cached = _SIDES.get(access)
+    if cached is None or cached[0] != id(thread_extents):
+        try:
+            side: _Side | None = _Side(access, thread_extents)
+        except _NotEnumerable:
+            side = None
+        cached = (id(thread_extents), side)
+        _SIDES[access] = cached
+    if cached[1] is None:
+        raise _NotEnumerable("access not enumerable")
+    return cached[1]
+
+
+def _contexts(
+    a: _Side,
+    b: _Side,
+    iterations: Mapping[Any, int],
+    positions: Mapping[Any, int],
+    finished: Mapping[Any, int],
+) -> tuple[list[_Context], _Ties]:
+    """Assignments of loop variables for ``a`` and ``b`` that cover every related pair, and
+    the loops tied iteration by iteration (same or next iteration) through the key."""
+    per_loop: list[list[_Context]] = []
+    ties: _Ties = ([], [])
+    b_vars = {id(lp.loop): lp for lp in b.loops if lp.loop is not None}
+    for la in a.loops:
+        lb = b_vars.pop(id(la.loop), None) if la.loop is not None else None
+        values = _values(la)
+        if lb is None:
+            back = finished.get(la.loop, _ANY) if la.loop is not None else _ANY
+            last = values[-1]
+            if back < _FAR:
+                per_loop.append([({la.var: np.array([last - back * la.step])}, {})])
+            elif back == _FAR:
+                per_loop.append([({la.var: values[values <= last - _FAR * la.step]}, {})])
+            continue
+        dist = iterations.get(la.loop, _ANY)
+        count = len(values)
+        if dist in (0, 1):
+            offset = int(values[0])
+            # iteration i of a meets iteration i + dist of b: key both by a's iteration
+            ties[0].append((la.var, offset, count))
+            ties[1].append((lb.var, offset + dist * la.step, count))
+            per_loop.append([_tied_values(a, b, la, lb, dist)])
+        elif dist == _FAR and len(values) <= MAX_PAIR_TRIPS:
+            per_loop.append(
+                [
+                    ({la.var: np.array([v])}, {lb.var: values[values >= v + _FAR * la.step]})
+                    for v in values
+                ]
+            )
+    for lb in b_vars.values():
+        pos = positions.get(lb.loop, _ANY)
+        values = _values(lb)
+        if pos < _FAR:
+            per_loop.append([({}, {lb.var: values[pos : pos + 1]})])
+        elif pos == _FAR:
+            per_loop.append([({}, {lb.var: values[_FAR:]})])
+    out = []
+    for combo in itertools.product(*per_loop):
+        fa: dict[Any, np.ndarray] = {}
+        fb: dict[Any, np.ndarray] = {}
+        for part_a, part_b in combo:
+            fa.update(part_a)
+            fb.update(part_b)
+        if all(len(v) for v in fa.values()) and all(len(v) for v in fb.values()):
+            out.append((fa, fb))
+    return out, ties
+
+
+def _tied_values(a: _Side, b: _Side, la: LoopRange, lb: LoopRange, dist: int) -> _Context:
+    """Values of a loop both sides run in, ``b`` ``dist`` iterations after ``a``: the pairs
+    both sides' conditions allow, one per residue of the joint period."""
+    values = _values(la)
+    shift = dist * la.step
+    valid_a, valid_b = a.valid(la), b.valid(lb)
+    pa, pb = a.period(la), b.period(lb)
+    if valid_a is None or valid_b is None or pa is None or pb is None:
+        pairs = values[np.isin(values + shift, values)]
+    else:
+        joint = valid_a[np.isin(valid_a + shift, valid_b)]
+        pairs = _one_per_residue(joint, joint, pa * pb // math.gcd(pa, pb), la)
+    return {la.var: pairs}, {lb.var: pairs + shift}
+
+
+def _overlap(
+    keys_a: np.ndarray,
+    threads_a: np.ndarray,
+    keys_b: np.ndarray,
+    threads_b: np.ndarray,
+    same_thread_ordered: bool,
+) -> bool:
+    common = np.intersect1d(keys_a, keys_b)
+    if common.size == 0:
+        return False
+    if not same_thread_ordered:
+        return True
+    lo_a, hi_a = _thread_span(keys_a, threads_a, common)
+    lo_b, hi_b = _thread_span(keys_b, threads_b, common)
+    # one thread on both sides at every shared address: program order, no race
+    return bool(np.any((lo_a != hi_a) | (lo_b != hi_b) | (lo_a != lo_b)))
+
+
+def _thread_span(
+    keys: np.ndarray, threads: np.ndarray, common: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    mask = np.isin(keys, common)
+    k, t = keys[mask], threads[mask]
+    order = np.lexsort((t, k))
+    k, t = k[order], t[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    ends = np.r_[starts[1:], len(k)] - 1
+    return t[starts], t[ends]
+
+
+def enumerate_no_overlap(
+    a: SharedAccess,
+    b: SharedAccess,
+    thread_extents: Mapping[Any, int],
+    iterations: Mapping[Any, frozenset[int]] | None,
+    same_thread_ordered: bool,
+    positions: Mapping[Any, int] | None = None,
+    finished: Mapping[Any, int] | None = None,
+) -> bool | None:
+    """True: no two different threads (any two, when ``same_thread_ordered`` is False)
+    touch a common element through ``a`` and ``b`` under the given loop relations; False:
+    some do; None: the index spaces are not finite and known (no answer)."""
+    if a.resolved_indices is None or b.resolved_indices is None:
+        return None
+    try:
+        side_a, side_b = _side(a, thread_extents), _side(b, thread_extents)
+        options = [
+            (lp.loop, sorted(v))
+            for lp in side_a.loops
+            if lp.loop is not None
+            for k, v in (iterations or {}).items()
+            if k.same_as(lp.loop)
+        ]
+        total = 0
+        for combo in itertools.product(*[opts for _, opts in options]):
+            chosen = {loop: d for (loop, _), d in zip(options, combo, strict=True)}
+            contexts, (ties_a, ties_b) = _contexts(
+                side_a, side_b, chosen, positions or {}, finished or {}
+            )
+            keys_a, th_a, keys_b, th_b = [], [], [], []
+            for ctx, (fa, fb) in enumerate(contexts):
+                key_a, t_a = side_a.points(fa, ties_a)
+                key_b, t_b = side_b.points(fb, ties_b)
+                total += key_a.size + key_b.size
+                if total > MAX_POINTS:
+                    return None
+                context = np.int64(ctx) << np.int64(48)
+                keys_a.append(context + key_a)
+                th_a.append(t_a)
+                keys_b.append(context + key_b)
+                th_b.append(t_b)
+            if not contexts:
+                continue
+            if _overlap(
+                np.concatenate(keys_a),
+                np.concatenate(th_a),
+                np.concatenate(keys_b),
+                np.concatenate(th_b),
+                same_thread_ordered,
+            ):
+                return False
+        return True
+    except _NotEnumerable:
+        return None
