@@ -45,6 +45,7 @@ from tilewave.instruments import instruments_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms import shared_layout
+from tilewave.transforms.async_prefetch import PrefetchAsyncCopies
 from tilewave.transforms.hazard_invariant import checked_barrier_pass
 from tilewave.transforms.inject_fence_proxy import InjectFenceProxy
 from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
@@ -171,6 +172,13 @@ STAGES: tuple[Stage, ...] = (
     _tvm("s_tir.LowerOpaqueBlock", s_tir.transform.LowerOpaqueBlock),
     # Multibuffering rewrites multi-dimensional shared indices, so it runs before flattening.
     Stage("tilewave.MultiBuffer", _multibuffer, _wants_multibuffer, origin="tilewave"),
+    # cp.async copies of a multibuffered loop issued N - 1 iterations ahead (pipelining)
+    Stage(
+        "tilewave.PrefetchAsyncCopies",
+        lambda t, o: PrefetchAsyncCopies(),
+        _wants_multibuffer,
+        origin="tilewave",
+    ),
     _tvm("tirx.FlattenBuffer", tirx.transform.FlattenBuffer),
     _tvm("tirx.BF16ComputeLegalize", tirx.transform.BF16ComputeLegalize),
     _tvm("tirx.NarrowDataType", lambda: tirx.transform.NarrowDataType(32)),
