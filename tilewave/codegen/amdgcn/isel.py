@@ -42,7 +42,16 @@ from tilewave.codegen.amdgcn.kir import (
 from tilewave.codegen.amdgcn.known_bits import KnownBits
 from tilewave.codegen.amdgcn.scalarize import NotScalarizable, lane_of
 from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
-from tilewave.codegen.amdgcn.value_reuse import LoopFrame, LoopNest, ValueTable, pure_free_vars
+from tilewave.codegen.amdgcn.value_reuse import (
+    LoopFrame,
+    LoopNest,
+    ValueTable,
+    element,
+    loaded_buffers,
+    overlaps,
+    pure_free_vars,
+    written_buffers,
+)
 from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import substitute
@@ -609,6 +618,7 @@ class _Selector(OpSelection):
         kind = int(node.kind)
         if kind == int(tirx.ForKind.VECTORIZED):
             self.vector_loop(node)
+            self.forget_written(node)
             return
         if kind == int(tirx.ForKind.PARALLEL):
             raise self.error("a parallel loop inside a kernel", "Bind it to threadIdx instead.")
@@ -642,6 +652,7 @@ class _Selector(OpSelection):
             self.emit("s_cbranch_scc1", target=done)
         self.prog.body.append(Label(head))
         self.env[node.loop_var] = Value(counter, "int32")
+        self.forget_written(node.body)  # a later iteration sees the body's own stores
         with self.loops.loop(node.loop_var, self.values.depth) as frame, self.values.scope():
             self.stmt_(node.body)
         self.emit("s_add_u32", [counter], [counter, Imm.of_int(1)])
@@ -678,12 +689,36 @@ class _Selector(OpSelection):
             self.prog.body.append(Label(end_l))
         self.emit("s_or_b64", [Sym("exec")], [Sym("exec"), saved])
 
+    def canonical(self, expr: object) -> object:
+        """``expr`` with pure let variables replaced by their values (the value table's key:
+        ``A[i]`` under ``let i = x + 1`` is the same load as ``A[x + 1]``)."""
+        if not self.lazy:
+            return expr
+        for _ in range(8):  # lets of lets
+            replaced = substitute(expr, self.lazy)
+            if replaced.same_as(expr):
+                break
+            expr = replaced
+        return expr
+
+    def forget_written(self, stmt: object) -> None:
+        """Forget reused values that read a buffer ``stmt`` may write (LDS: any barrier)."""
+        written, barrier = written_buffers(stmt)
+        self.values.forget(lambda loc: any(overlaps(loc, w) for w in written) or (
+            barrier and loc[0] in self.buffers
+            and self.buffers[loc[0]].scope.startswith("shared")))
+
     def branch(self, stmt: object) -> None:
         """Select one side of an ``if``: values computed there are not reused after it."""
         with self.values.scope():
             self.stmt_(stmt)
 
     def s_Evaluate(self, node: tirx.Evaluate) -> None:
+        self.evaluate(node)
+        self.forget_written(node)  # barriers (other waves' LDS writes), LDS DMA targets
+
+    def evaluate(self, node: tirx.Evaluate) -> None:
+        """An op call as a statement: barriers, waits, LDS DMA."""
         call = node.value
         if not isinstance(call, ir.expr.Call) or not isinstance(call.op, ir.Op):
             raise self.error(
@@ -791,13 +826,13 @@ class _Selector(OpSelection):
     def s_BufferStore(self, node: tirx.BufferStore) -> None:
         if _intrin_name_of(node.value) in _MFMA:
             self.mfma(node)
-            return
-        if any(isinstance(i, tirx.Ramp) for i in node.indices):
+        elif any(isinstance(i, tirx.Ramp) for i in node.indices):
             self.ramp_store(node)
-            return
-        buf = self.buffer(node.buffer)
-        value = self.expr(node.value, hint=self.local_slot(buf, node.indices))
-        self.store(buf, node.buffer, node.indices, value)
+        else:
+            buf = self.buffer(node.buffer)
+            value = self.expr(node.value, hint=self.local_slot(buf, node.indices))
+            self.store(buf, node.buffer, node.indices, value)
+        self.forget_written(node)  # after the value: it may reuse a load of the same buffer
 
     # -- vector loops ----------------------------------------------------------------------
     def ramp_store(self, node: tirx.BufferStore) -> None:
@@ -976,7 +1011,15 @@ class _Selector(OpSelection):
             return self.env[expr]
         if isinstance(expr, ir.expr.TensorLoad):
             buf = self.buffer(expr.source)
-            return self.load(buf, expr.source, expr.indices)
+            if buf.scope == "local" or self.lane is not None:
+                return self.load(buf, expr.source, expr.indices)
+            key = self.canonical(expr)
+            known = self.values.lookup(key)
+            if known is None:
+                known = self.load(buf, expr.source, expr.indices)
+                self.values.record(key, known, reads=frozenset({element(expr.source,
+                                                                       expr.indices)}))
+            return known
         if (
             isinstance(expr, ir.expr.Call)
             and isinstance(expr.op, ir.Op)
@@ -992,7 +1035,15 @@ class _Selector(OpSelection):
         kind, children, dtype = plan
         free = pure_free_vars(expr) if hint is None and self.lane is None else None
         if free is None:
-            return self.apply(kind, [self.expr(c) for c in children], dtype, hint)
+            reads = loaded_buffers(expr) if hint is None and self.lane is None else None
+            if reads is None:
+                return self.apply(kind, [self.expr(c) for c in children], dtype, hint)
+            key = self.canonical(expr)  # over loaded values: reused until a store
+            known = self.values.lookup(key)
+            if known is None:
+                known = self.apply(kind, [self.expr(c) for c in children], dtype)
+                self.values.record(key, known, reads=reads)
+            return known
         known = self.values.lookup(expr)
         if known is not None:
             return known
