@@ -183,6 +183,11 @@ class SharedAccess:
         return tuple(self.scope.resolve(i) for i in self.indices)
 
     @functools.cached_property
+    def loop_set(self) -> frozenset[Any]:
+        """The identified ``For`` statements around the access."""
+        return frozenset(lp.loop for lp in self.loops if lp.loop is not None)
+
+    @functools.cached_property
     def indices_analysable(self) -> bool:
         """Whether every (resolved) index is plain integer arithmetic."""
         return self.resolved_indices is not None and all(

@@ -141,49 +141,51 @@ class _Instance:
     def around(self, loop: Any) -> _Instance:
         """The instance after the back edge of ``loop``: one iteration further; loops
         inside it start a new instance (any distance)."""
+        if loop not in self.access.loop_set:
+            if not any(k == loop for k, _ in self.positions):
+                return self
+            positions = tuple((k, min(d + 1, FAR) if k == loop else d) for k, d in self.positions)
+            return _Instance(self.access, self.carried, positions, self.finished)
         loops = [lp.loop for lp in self.access.loops]
-        at = next((i for i, lp in enumerate(loops) if lp is not None and lp.same_as(loop)), None)
-        if at is None:
-            positions = tuple(
-                (k, min(d + 1, FAR) if k.same_as(loop) else d) for k, d in self.positions
-            )
-            return replace(self, positions=positions)
-        now = {k: d for k, d in self.carried}
-        key = loops[at]
-        now[key] = min(now.get(key, 0) + 1, FAR)
+        at = loops.index(loop)
+        now = dict(self.carried)
+        now[loop] = min(now.get(loop, 0) + 1, FAR)
         for inner in loops[at + 1 :]:
             if inner is not None:
                 now[inner] = ANY
-        return replace(self, carried=_canonical(self.access, now))
+        carried = _canonical(self.access, now)
+        return _Instance(self.access, carried, self.positions, self.finished)
 
     def around_while(self, depth: int) -> _Instance:
         """After the back edge of a ``While`` inside ``depth`` serial loops: loops inside
         the ``While`` start a new instance; the enclosing loops stay in the same iteration."""
-        now = {k: d for k, d in self.carried}
+        now = dict(self.carried)
         for lp in self.access.loops[depth:]:
             if lp.loop is not None:
                 now[lp.loop] = ANY
-        return replace(self, carried=_canonical(self.access, now))
+        carried = _canonical(self.access, now)
+        return _Instance(self.access, carried, self.positions, self.finished)
 
     def entering(self, loop: Any) -> _Instance:
         """The instance seen from the first iteration of ``loop``, which it does not sit in."""
-        if any(lp.loop is not None and lp.loop.same_as(loop) for lp in self.access.loops):
+        if loop in self.access.loop_set:
             return self
-        kept = tuple((k, d) for k, d in self.positions if not k.same_as(loop))
-        return replace(self, positions=(*kept, (loop, 0)))
+        kept = tuple((k, d) for k, d in self.positions if k != loop)
+        return _Instance(self.access, self.carried, (*kept, (loop, 0)), self.finished)
 
     def leaving(self, loop: Any) -> _Instance:
         """The instance after ``loop`` exits: its iteration count no longer matters; if the
         access sits in ``loop``, its distance from the last iteration is kept."""
-        positions = tuple((k, d) for k, d in self.positions if not k.same_as(loop))
-        if not any(lp.loop is not None and lp.loop.same_as(loop) for lp in self.access.loops):
-            return self if len(positions) == len(self.positions) else replace(
-                self, positions=positions
-            )
+        if loop not in self.access.loop_set:
+            if not any(k == loop for k, _ in self.positions):
+                return self
+            positions = tuple((k, d) for k, d in self.positions if k != loop)
+            return _Instance(self.access, self.carried, positions, self.finished)
+        positions = tuple((k, d) for k, d in self.positions if k != loop)
         distance = dict(self.carried).get(loop, 0)
-        carried = tuple((k, d) for k, d in self.carried if not k.same_as(loop))
-        finished = (*(f for f in self.finished if not f[0].same_as(loop)), (loop, distance))
-        return replace(self, carried=carried, positions=positions, finished=finished)
+        carried = tuple((k, d) for k, d in self.carried if k != loop)
+        finished = (*(f for f in self.finished if f[0] != loop), (loop, distance))
+        return _Instance(self.access, carried, positions, finished)
 
 
 def _canonical(access: SharedAccess, distances: dict[Any, int]) -> tuple[tuple[Any, int], ...]:
@@ -222,10 +224,11 @@ def _merge(a: _State, b: _State) -> _State:
     return out
 
 
-def _remap(state: _State, move: Any) -> _State:
+def _remap(state: _State, move: Callable[[_Instance, _Pending], _Instance]) -> _State:
+    """``state`` with every instance moved by ``move`` (instances that meet are joined)."""
     out: _State = {}
     for inst, p in state.items():
-        moved = move(inst)
+        moved = move(inst, p)
         out[moved] = _join(p, out.get(moved))
     return out
 
@@ -234,13 +237,22 @@ def _around(state: _State, loop: Any) -> _State:
     """``state`` at the end of an iteration of ``loop``, seen from the start of the next."""
     if loop is None:
         return state  # accesses in an unidentified loop are compared at any distance
-    return _remap(state, lambda inst: inst.around(loop))
+    moving = [i for i in state if loop in i.access.loop_set or i.positions]
+    if not moving:
+        return state
+    out = dict(state)
+    for inst in moving:
+        del out[inst]
+    for inst in moving:
+        new = inst.around(loop)
+        out[new] = _join(state[inst], out.get(new))
+    return out
 
 
 def _around_while(state: _State, depth: int) -> _State:
     """``state`` at the end of an iteration of a ``While`` inside ``depth`` serial loops,
     seen from the start of the next."""
-    return _remap(state, lambda inst: inst.around_while(depth))
+    return _remap(state, lambda inst, _: inst.around_while(depth))
 
 
 def _committed(p: _Pending) -> _Pending:
@@ -275,6 +287,8 @@ class _Placer:
         self._loop_depth = 0
         #: accesses of the statements after the one being visited, innermost list last
         self._upcoming: list[Callable[[], list[SharedAccess]]] = []
+        #: results of serial loops already visited with the same entry state
+        self._loop_memo: dict[Any, tuple[list[Any], _State]] = {}
 
     # -- facts ---------------------------------------------------------------------------
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
@@ -677,11 +691,17 @@ class _Placer:
             return [self.rebuilt(stmt, "body", items)], state
         inner_scope = self._scope_inside(stmt, scope)
         inner = divergent or self.is_divergent(tirx.Add(stmt.min, stmt.extent), scope)
+        # an outer loop's fixed-point rounds often reach an inner loop with the same state
+        key = (stmt, scope, divergent, self._loop_depth, frozenset(state.items()))
+        if key in self._loop_memo:
+            return self._loop_memo[key]
         self._loop_depth += 1
         try:
-            return self._visit_serial_for(stmt, state, scope, divergent, inner_scope, inner)
+            result = self._visit_serial_for(stmt, state, scope, divergent, inner_scope, inner)
         finally:
             self._loop_depth -= 1
+        self._loop_memo[key] = result
+        return result
 
     def _visit_serial_for(
         self,
@@ -700,7 +720,10 @@ class _Placer:
         loop = inner_scope.loops[-1].loop
 
         def enter(entry: _State) -> _State:
-            return entry if loop is None else _remap(entry, lambda i: i.entering(loop))
+            # only copies still in flight need to know which iteration reads them
+            if loop is None:
+                return entry
+            return _remap(entry, lambda i, p: i if p.landed else i.entering(loop))
 
         body, head, out, count = self.fixpoint(
             stmt.body, enter(state), inner_scope, inner, repeats
@@ -717,7 +740,7 @@ class _Placer:
         new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
         after = out if ext is not None and ext >= 1 else _merge(head, out)
         if loop is not None:
-            after = _remap(after, lambda i: i.leaving(loop))
+            after = _remap(after, lambda i, _: i.leaving(loop))
         return [*prefix, new_stmt], after
 
     def fixpoint(
