@@ -14,14 +14,20 @@ program point (may an LDS operation be outstanding? an LDS DMA not yet waited fo
 the target's wait intrinsic right before every barrier that releases LDS (tilewave's
 ``lds_barrier`` and ``barrier_signal``, ``tvm_storage_sync("shared")``, hand-written
 ``llvm.amdgcn.s.barrier`` / ``s.barrier.signal``) where something may be outstanding, and
-nowhere else. A wait is left out where the counter is known to be zero:
+nowhere else. A wait is left out where the counter is known to be zero at the barrier:
 
-* nothing touched LDS since the kernel started or since the previous barrier's wait (or an
-  explicit wait the kernel already has);
-* every LDS access since then is a read whose value a *global* store in the same statement
-  needs (``B[i] = S[j]``): LLVM (and tilewave's assembly backend) must wait for each such
-  read before the store issues, and the store cannot move past the barrier, so the counter
-  is already drained.
+* nothing touched LDS since the kernel started, or since the previous barrier's wait (or an
+  explicit wait the kernel already has), on any path;
+* every LDS access since then is a read whose value a *write-once global store* needs:
+  ``G[i] = f(S[j])`` where ``G`` is a global buffer this statement alone writes and no
+  statement reads, indexed by every enclosing loop's variable. The store needs the loaded
+  value in a register, so LLVM (and tilewave's assembly backend) wait for each such read
+  before it; nothing can move it past the barrier: LLVM sinks a store to a ``noalias``
+  buffer across ``s_barrier`` only by promoting a loop-invariant location to a register
+  (LICM), forwarding it to a later load of the same location (GVN) or merging it with
+  another store to it (DSE, store sinking), and a write-once, never-read, loop-indexed
+  location offers none of these. (A read-modify-write ``B[tx] = B[tx] + S[j]`` in a loop is
+  promoted exactly so, leaving the ``ds_read`` in flight at the barrier: it keeps its wait.)
 
 Loops are iterated to a fixed point (the state at the loop head joins the entry state and
 the state at the end of the body), ``if`` joins its branches.
@@ -40,6 +46,7 @@ Example::
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,9 +62,17 @@ from tilewave.analysis.shared_access import (
 from tilewave.codegen.rocm import lds_counter_wait, vmem_counter_wait, wait_drains
 from tilewave.errors import TargetFeatureError, TilewaveError, where
 from tilewave.ir.intrinsics import callee_name
+from tilewave.ir.walker import TIRVisitor, post_order_visit, rebuild
 from tilewave.targets import TargetInfo, get_target
 
-__all__ = ["CounterState", "insert_amd_barrier_waits", "releases_lds"]
+__all__ = [
+    "DMA_BOUNDED",
+    "DMA_NONE",
+    "DMA_UNWAITED",
+    "CounterState",
+    "insert_amd_barrier_waits",
+    "releases_lds",
+]
 
 PASS_NAME = "LowerTilewaveOps"
 
@@ -74,23 +89,27 @@ _RELEASING = frozenset({
 _WAIT_ONLY = frozenset({"tilewave.barrier_wait", "llvm.amdgcn.s.barrier.wait"})
 
 
+#: LDS DMA states, ordered so that the join of two paths is the larger
+DMA_NONE, DMA_BOUNDED, DMA_UNWAITED = 0, 1, 2
+
+
 @dataclass(frozen=True)
 class CounterState:
     """What may be outstanding in the wave at one program point.
 
     Attributes:
         lds: an LDS operation (``ds_*``) may not have completed.
-        dma: an LDS DMA may not have completed and no explicit wait has bounded it since
-            it was issued (a ``wait_async_ops(n)`` with n > 0 keeps copies in flight on
-            purpose: software pipelining).
+        dma: :data:`DMA_NONE` (no LDS DMA in flight), :data:`DMA_BOUNDED` (copies in flight
+            that a ``wait_async_ops(n)`` with n > 0 left there on purpose: software
+            pipelining) or :data:`DMA_UNWAITED` (a copy no wait has bounded since it issued).
     """
 
     lds: bool = False
-    dma: bool = False
+    dma: int = DMA_NONE
 
     def join(self, other: CounterState) -> CounterState:
         """The state after either of two paths."""
-        return CounterState(self.lds or other.lds, self.dma or other.dma)
+        return CounterState(self.lds or other.lds, max(self.dma, other.dma))
 
 
 def _call_of(stmt: Any) -> ir.expr.Call | None:
@@ -133,14 +152,67 @@ def releases_lds(stmt: Any, func_name: str) -> bool:
     return False
 
 
-def _is_global(buffer: Any) -> bool:
-    return str(buffer.scope()) in ("global", "")
+class _GlobalUses(TIRVisitor):
+    """How often each global buffer (by data pointer) is stored to and read."""
+
+    def __init__(self) -> None:
+        self.stores: Counter = Counter()
+        self.reads: Counter = Counter()
+
+    def visit_BufferStore(self, node: Any) -> None:
+        self.stores[node.buffer] += 1
+        self.visit(node.value)
+        self.visit(node.indices)
+
+    def visit_TensorLoad(self, node: Any) -> None:
+        self.reads[node.source] += 1
+        self.visit(node.indices)
+
+    def visit_AllocBuffer(self, node: Any) -> None:
+        pass  # a declaration names the buffer; it neither reads nor writes it
+
+    def visit_DeclBuffer(self, node: Any) -> None:
+        self.visit(getattr(node, "body", None))
+
+    def visit_Var(self, node: Any) -> None:
+        self.reads[node] += 1  # a buffer used as a value (address_of, buffer_data, calls...)
+
+
+_WHILE = object()  # an enclosing loop without an induction variable
 
 
 class _WaitPlacer:
-    def __init__(self, target: TargetInfo, func_name: str) -> None:
+    def __init__(self, target: TargetInfo, func_name: str, body: Any) -> None:
         self.target = target
         self.func_name = func_name
+        uses = _GlobalUses()
+        uses.visit(body)
+        self.uses = uses
+        self.loops: list[Any] = []  # enclosing loop variables, innermost last
+        self.deps: dict[Any, frozenset[Any]] = {}  # let-bound var -> variables it reads
+
+    def vars_of(self, expr: Any) -> frozenset[Any]:
+        """The variables ``expr`` depends on, through let bindings."""
+        found: set[Any] = set()
+
+        def add(node: Any) -> None:
+            if isinstance(node, tirx.Var):
+                found.add(node)
+                found.update(self.deps.get(node, ()))
+
+        post_order_visit(expr, add)
+        return frozenset(found)
+
+    def consumed_by_write_once_store(self, stmt: Any) -> bool:
+        """``G[i] = f(S[j])`` with G global, stored only here, never read, indexed by every
+        enclosing loop: its LDS reads are waited for before the store, which stays put."""
+        if not isinstance(stmt, tirx.BufferStore) or str(stmt.buffer.scope()) != "global":
+            return False
+        buffer = stmt.buffer
+        if self.uses.stores[buffer] != 1 or self.uses.reads[buffer] > 0:
+            return False
+        index_vars = self.vars_of(list(stmt.indices))
+        return all(loop is not _WHILE and loop in index_vars for loop in self.loops)
 
     def leaf(self, stmt: Any, state: CounterState) -> tuple[list[Any], CounterState]:
         """The statements replacing ``stmt`` (waits first) and the state after it."""
@@ -148,32 +220,33 @@ class _WaitPlacer:
         if drains is not None:
             lds_drained, vm_drained = drains
             return [stmt], CounterState(state.lds and not lds_drained,
-                                        state.dma and not vm_drained)
+                                        DMA_NONE if vm_drained else state.dma)
         if releases_lds(stmt, self.func_name):
             waits = []
-            if state.dma:
+            dma = state.dma
+            if dma == DMA_UNWAITED:
                 waits.append(tirx.Evaluate(vmem_counter_wait(self.target)))
+                dma = DMA_NONE
             if state.lds:
                 waits.append(tirx.Evaluate(lds_counter_wait(self.target)))
-            return [*waits, stmt], CounterState()
+            return [*waits, stmt], CounterState(False, dma)
         action = sync_action(stmt)
         if action is not None and action.kind is SyncKind.ASYNC_WAIT:
             # wait_async_ops(n): the copies it leaves in flight are meant to stay in flight
-            return [stmt], CounterState(state.lds, False)
+            return [stmt], CounterState(state.lds, DMA_NONE if action.arg == 0 else DMA_BOUNDED)
         return [stmt], self.after_accesses(stmt, state)
 
     def after_accesses(self, stmt: Any, state: CounterState) -> CounterState:
         accesses = statement_accesses(stmt, func_name=self.func_name)
         if not accesses:
             return state
-        dma = state.dma or any(a.kind is AccessKind.ASYNC_WRITE for a in accesses)
+        dma = DMA_UNWAITED if any(a.kind is AccessKind.ASYNC_WRITE for a in accesses) \
+            else state.dma
         lds_ops = [a for a in accesses if a.kind is not AccessKind.ASYNC_WRITE]
-        consumed = (
-            isinstance(stmt, tirx.BufferStore)
-            and _is_global(stmt.buffer)
-            and all(a.kind is AccessKind.READ for a in lds_ops)
+        drained = all(a.kind is AccessKind.READ for a in lds_ops) and (
+            self.consumed_by_write_once_store(stmt)
         )
-        return CounterState(state.lds or (bool(lds_ops) and not consumed), dma)
+        return CounterState(state.lds or (bool(lds_ops) and not drained), dma)
 
     def expr_reads(self, exprs: list[Any], state: CounterState) -> CounterState:
         """A condition or bound that reads LDS leaves the read (conservatively) in flight."""
@@ -203,8 +276,12 @@ class _WaitPlacer:
             new = tirx.IfThenElse(stmt.condition, then_case, else_case, stmt.span) \
                 if changed else stmt
             return new, then_state.join(else_state)
-        if isinstance(stmt, (tirx.For, tirx.While)):
+        if isinstance(stmt, tirx.For) and stmt.thread_binding is not None:
+            pass  # a thread index, not a repetition: the body runs once per thread
+        elif isinstance(stmt, (tirx.For, tirx.While)):
             return self.loop(stmt, state)
+        if isinstance(stmt, (tirx.Bind, tirx.LetStmt)):
+            self.deps[stmt.var] = self.vars_of(stmt.value)
         if is_leaf_statement(stmt):
             items, state = self.leaf(stmt, state)
             return _seq(items, None) if len(items) > 1 else items[0], state
@@ -220,10 +297,12 @@ class _WaitPlacer:
         bounds = [stmt.condition] if isinstance(stmt, tirx.While) else [stmt.min, stmt.extent]
         entry = self.expr_reads(bounds, state)
         head = entry
+        self.loops.append(_WHILE if isinstance(stmt, tirx.While) else stmt.loop_var)
         for _ in range(4):  # two booleans: the join is stable after at most three rounds
             body, end = self.visit(stmt.body, head)
             joined = head.join(self.expr_reads(bounds, end))
             if joined == head:
+                self.loops.pop()
                 new = stmt if body.same_as(stmt.body) else _with_body(stmt, body)
                 # the loop may run zero times: its exit state includes the entry state
                 return new, joined
@@ -234,8 +313,6 @@ class _WaitPlacer:
 
 
 def _with_body(stmt: Any, body: Any) -> Any:
-    from tilewave.ir.walker import rebuild
-
     return rebuild(stmt, {"body": body})
 
 
@@ -268,9 +345,10 @@ def insert_amd_barrier_waits(
     if not info.is_rocm:
         raise TargetFeatureError(
             f"{PASS_NAME}: AMD barrier waits asked for {info.name} in function '{name}'; "
-            "they exist only for AMD targets (gfx942, gfx950, gfx1200, gfx1201)."
+            "they exist only for AMD targets (gfx942, gfx950, gfx1200, gfx1201). Pass an AMD "
+            "target, or run LowerTilewaveOps, which places them only for AMD targets."
         )
-    body, _ = _WaitPlacer(info, name).visit(func.body, CounterState())
+    body, _ = _WaitPlacer(info, name, func.body).visit(func.body, CounterState())
     return func if body.same_as(func.body) else func.with_body(body)
 
 

@@ -124,7 +124,8 @@ def wait_drains(stmt: object, target: TargetInfo) -> tuple[bool, bool] | None:
     ``None`` for any other statement.
 
     Reads the intrinsics :func:`lds_counter_wait` / :func:`vmem_counter_wait` produce and
-    the same intrinsics written by hand.
+    the same intrinsics written by hand, when they are ``target``'s generation (gfx9's
+    ``s.waitcnt`` on gfx12 is not trusted to drain anything).
     """
     if not isinstance(stmt, tirx.Evaluate) or not isinstance(stmt.value, ir.expr.Call):
         return None
@@ -133,7 +134,10 @@ def wait_drains(stmt: object, target: TargetInfo) -> tuple[bool, bool] | None:
     if name not in _WAIT_INTRINSICS or not isinstance(call.args[-1], tirx.IntImm):
         return None
     count = int(call.args[-1].value)
-    if name == "llvm.amdgcn.s.waitcnt":
+    gfx9_form = name == "llvm.amdgcn.s.waitcnt"
+    if gfx9_form != (target.lds_wait_counter == "lgkmcnt"):
+        return None  # another generation's wait: it does not drain this target's counters
+    if gfx9_form:
         vm, lgkm = gfx9_waitcnt_fields(count)
         return lgkm == 0, vm == 0
     if name == "llvm.amdgcn.s.wait.dscnt":

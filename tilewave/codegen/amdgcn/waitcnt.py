@@ -14,7 +14,9 @@ this wave's LDS operations so the other waves see them.
 At a join (a label) the states of the predecessors are merged conservatively (more pending
 operations, smaller distances) and loops are iterated until the states stop changing, so a
 load issued at the end of a loop body is waited for at the top of the next iteration.
-Explicit ``s_waitcnt`` instructions (``wait_async_ops``) update the model.
+Explicit ``s_waitcnt`` instructions (``wait_async_ops``, the barrier waits of
+:mod:`tilewave.codegen.amd_barrier_waits`) update the model; one that waits for nothing on
+any path (the model already has its counters at or below its counts) is dropped.
 """
 
 from __future__ import annotations
@@ -93,6 +95,10 @@ class WaitState:
             s.dist = {r: d for r, d in s.dist.items() if d < s.pending}
             if s.pending == 0:
                 s.smem = False
+
+    def waits_for(self, counts: dict[str, int]) -> bool:
+        """Whether ``s_waitcnt`` with ``counts`` can wait for anything here."""
+        return any(self.counters[c].pending > n for c, n in counts.items())
 
     def issue(self, counter: str, writes: set[tuple[str, int]], smem: bool) -> None:
         """Record one new operation of ``counter`` writing ``writes``."""
@@ -196,6 +202,8 @@ def insert_waitcnt(program: Program) -> Program:
         if state is None:
             out.append(ins)
             continue
+        if op_info(ins.opcode).unit == "wait" and not state.waits_for(_parse_wait(ins.mods)):
+            continue  # an explicit wait (from the TIR) the model already satisfies
         need = _step(state, ins)
         if need:
             out.append(Instr("s_waitcnt", mods=_format_wait(need)))
