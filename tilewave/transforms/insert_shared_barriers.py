@@ -694,13 +694,14 @@ class _Placer:
         # an outer loop's fixed-point rounds often reach an inner loop with the same state
         key = (stmt, scope, divergent, self._loop_depth, frozenset(state.items()))
         if key in self._loop_memo:
-            return self._loop_memo[key]
+            items, out = self._loop_memo[key]
+            return list(items), out  # callers may insert into the item list
         self._loop_depth += 1
         try:
             result = self._visit_serial_for(stmt, state, scope, divergent, inner_scope, inner)
         finally:
             self._loop_depth -= 1
-        self._loop_memo[key] = result
+        self._loop_memo[key] = (list(result[0]), result[1])
         return result
 
     def _visit_serial_for(
