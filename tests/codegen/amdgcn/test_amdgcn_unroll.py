@@ -10,7 +10,7 @@ from tvm.script import tirx as T
 
 import tilewave  # noqa: F401
 from tilewave.codegen import amdgcn
-from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
+from tilewave.codegen.amdgcn.unroll import partially_unrolled, should_unroll, unrolled_copies
 from tilewave.ir.walker import post_order_visit
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -36,9 +36,9 @@ def short_copy(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
 
 
 @T.prim_func
-def long_copy(A: T.Buffer((2048,), "float32"), B: T.Buffer((2048,), "float32")):
+def long_copy(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
-        for i in range(32):
+        for i in range(64):
             B[i * 64 + tx] = A[i * 64 + tx]
 
 
@@ -62,12 +62,26 @@ def loop_with_barrier(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float
 
 @pytest.mark.parametrize(("func", "expected"), [
     (short_copy, True),  # 4 trips x 2 statements
-    (long_copy, False),  # 32 trips: more than AUTO_UNROLL_TRIPS
+    (long_copy, False),  # 64 trips: more than AUTO_UNROLL_TRIPS (unrolled by 4 instead)
     (marked_unroll, True),  # T.unroll: the user asked
     (loop_with_barrier, False),  # barriers: nothing to gain
 ])
 def test_unroll_rules(func, expected):
     assert should_unroll(first_loop(func)) is expected
+
+
+def test_long_loop_is_unrolled_by_four_and_copies_correctly():
+    from isa_simulator import simulate
+
+    partial = partially_unrolled(first_loop(long_copy))
+    assert partial is not None and int(partial.extent) == 16 and len(partial.body.seq) == 4
+    assert partially_unrolled(first_loop(loop_with_barrier)) is None
+    text = amdgcn.emit(long_copy, "gfx942")
+    assert text.count("buffer_load_dword ") == 4  # one per copy, in a 16-step loop
+    a = np.arange(4096, dtype=np.float32)
+    b = np.zeros(4096, np.float32)
+    simulate(text, [a, b], (1, 1, 1), (64, 1, 1))
+    np.testing.assert_array_equal(b, a)
 
 
 def test_mfma_k_loop_stays_a_loop():

@@ -41,7 +41,7 @@ from tilewave.codegen.amdgcn.kir import (
 )
 from tilewave.codegen.amdgcn.known_bits import KnownBits
 from tilewave.codegen.amdgcn.scalarize import NotScalarizable, lane_of
-from tilewave.codegen.amdgcn.unroll import should_unroll, unrolled_copies
+from tilewave.codegen.amdgcn.unroll import partially_unrolled, should_unroll, unrolled_copies
 from tilewave.codegen.amdgcn.value_reuse import (
     LoopFrame,
     LoopNest,
@@ -288,6 +288,7 @@ class _Selector(OpSelection):
         self.lazy: dict[object, object] = {}  # let variables with a pure value, computed at use
         self.loops = LoopNest()  # enclosing serial loops (for loop-invariant hoisting)
         self.sink: list[Instr | Label] | None = None  # where emit() appends (None: the body)
+        self.unrolling = 0  # depth of unrolled loops being selected (wide loads pay off there)
 
     # -- emission helpers -------------------------------------------------------------
     def emit(
@@ -627,9 +628,25 @@ class _Selector(OpSelection):
         if should_unroll(node):
             # straight-line copies: what one computes (fresh lets, no loop variable left)
             # dominates the next, so the value table stays open across them
-            for copy in unrolled_copies(node):
-                self.stmt_(copy)
+            self.unrolling += 1
+            try:
+                for copy in unrolled_copies(node):
+                    self.stmt_(copy)
+            finally:
+                self.unrolling -= 1
             return
+        partial = partially_unrolled(node)
+        if partial is not None:
+            self.unrolling += 1
+            try:
+                self.rolled_loop(partial)
+            finally:
+                self.unrolling -= 1
+            return
+        self.rolled_loop(node)
+
+    def rolled_loop(self, node: tirx.For) -> None:
+        """A serial loop as a loop: an SGPR counter, the body once, a backward branch."""
         lo, ext = _const(node.min), _const(node.extent)
         if lo is not None and ext is not None:
             self.bits.bind(node.loop_var, lo, lo + ext - 1)
@@ -688,6 +705,36 @@ class _Selector(OpSelection):
             self.branch(node.else_case)
             self.prog.body.append(Label(end_l))
         self.emit("s_or_b64", [Sym("exec")], [Sym("exec"), saved])
+
+    def cached_load(self, buf: _Buffer, expr: ir.expr.TensorLoad) -> Value:
+        """A global/shared load, reused until the location may change. In unrolled code a
+        4-byte element of a global buffer is loaded with the three next to it (one
+        ``dwordx4`` of the aligned group ``flat - flat % 4``) when the rest of the index is
+        a multiple of 4: the unrolled copies' neighbouring loads then find their values."""
+        flat = self.canonical(self.flat_index(buf, expr.indices))
+        reads = frozenset({element(expr.source, expr.indices)})
+        rest, const = split_constant(flat)
+
+        def key(offset: int) -> object:  # the element at rest + offset
+            return tvm_ffi.convert([expr.source, ir.expr.StringImm("") if rest is None else rest,
+                                    tirx.IntImm("int32", offset)])
+
+        known = self.values.lookup(key(const))
+        if known is not None:
+            return known
+        if not (self.unrolling and buf.scope == "global" and buf.elem_bytes == 4
+                and (rest is None or self.bits.facts(rest).tz >= 2)):
+            value = self.load(buf, expr.source, expr.indices)
+            self.values.record(key(const), value, reads=reads)
+            return value
+        first = const - const % 4
+        group = VReg("v", 4, 2)
+        base = tirx.IntImm("int32", first) if rest is None else rest + first
+        self.memory_op(buf, expr.source, base, group, 16, store=False)
+        whole = frozenset({(expr.source, None)})
+        for i in range(4):
+            self.values.record(key(first + i), Value(Sub(group, i), buf.dtype), reads=whole)
+        return Value(Sub(group, const % 4), buf.dtype)
 
     def canonical(self, expr: object) -> object:
         """``expr`` with pure let variables replaced by their values (the value table's key:
@@ -1013,13 +1060,7 @@ class _Selector(OpSelection):
             buf = self.buffer(expr.source)
             if buf.scope == "local" or self.lane is not None:
                 return self.load(buf, expr.source, expr.indices)
-            key = self.canonical(expr)
-            known = self.values.lookup(key)
-            if known is None:
-                known = self.load(buf, expr.source, expr.indices)
-                self.values.record(key, known, reads=frozenset({element(expr.source,
-                                                                       expr.indices)}))
-            return known
+            return self.cached_load(buf, expr)
         if (
             isinstance(expr, ir.expr.Call)
             and isinstance(expr.op, ir.Op)

@@ -10,6 +10,12 @@ Which loops are unrolled:
   anyway), and MFMA K loops stay loops: the accumulator chains through one register range
   and an unrolled K loop would keep every fragment of every step live at once.
 
+A longer serial loop of the same kind (no nested loop, barrier or MFMA) whose trip count is a
+multiple of :data:`PARTIAL_FACTOR` and whose body, repeated that many times, stays within
+:data:`PARTIAL_UNROLL_STATEMENTS` is unrolled by that factor (:func:`partially_unrolled`): a
+loop of ``trips / 4`` steps over four copies, so the loop overhead is paid once per four
+steps and neighbouring elements (``A[i, 4m + u]``, u = 0..3) load as one ``dwordx4``.
+
 An unrolled copy gets the loop variable replaced by its value, constant sub-expressions
 folded (so ``k * 16`` becomes an offset the memory instructions can hold in their offset
 fields) and fresh variables for its lets (each copy defines its own; the selector's value
@@ -29,12 +35,17 @@ __all__ = [
     "AUTO_UNROLL_STATEMENTS",
     "AUTO_UNROLL_TRIPS",
     "MAX_UNROLL_TRIPS",
+    "PARTIAL_FACTOR",
+    "PARTIAL_UNROLL_STATEMENTS",
+    "partially_unrolled",
     "should_unroll",
     "unrolled_copies",
 ]
 
-AUTO_UNROLL_TRIPS = 16
+AUTO_UNROLL_TRIPS = 32
 AUTO_UNROLL_STATEMENTS = 64
+PARTIAL_FACTOR = 4
+PARTIAL_UNROLL_STATEMENTS = 128
 MAX_UNROLL_TRIPS = 256
 
 _FOLD = {
@@ -116,3 +127,30 @@ def unrolled_copies(loop: tirx.For) -> list[Any]:
         mapping[loop.loop_var] = tirx.IntImm(str(loop.loop_var.ty), int(loop.min.value) + i)
         copies.append(_FoldConstants().visit(substitute(loop.body, mapping)))
     return copies
+
+
+def partially_unrolled(loop: tirx.For) -> tirx.For | None:
+    """``loop`` as a loop of ``trips / PARTIAL_FACTOR`` steps whose body is
+    :data:`PARTIAL_FACTOR` copies of the original body (loop variable ``m * F + u``), or
+    None when the rules in the module docstring do not allow it."""
+    trips = _trip_count(loop)
+    if (trips is None or trips % PARTIAL_FACTOR or trips <= PARTIAL_FACTOR
+            or int(loop.kind) != int(tirx.ForKind.SERIAL)):
+        return None
+    statements, blocking = _shape(loop.body)
+    if blocking or statements * PARTIAL_FACTOR > PARTIAL_UNROLL_STATEMENTS:
+        return None
+    lets: list[Any] = []
+    post_order_visit(
+        loop.body, lambda n: lets.append(n.var) if type(n).__name__ == "Bind" else None
+    )
+    outer = tirx.Var(f"{loop.loop_var.name}_outer", loop.loop_var.ty)
+    dtype = str(loop.loop_var.ty)
+    copies = []
+    for u in range(PARTIAL_FACTOR):
+        mapping: dict[Any, Any] = {v: tirx.Var(v.name, v.ty) for v in lets}
+        mapping[loop.loop_var] = (loop.min + outer * tirx.IntImm(dtype, PARTIAL_FACTOR)
+                                  + tirx.IntImm(dtype, u))
+        copies.append(substitute(loop.body, mapping))
+    return tirx.For(outer, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, trips // PARTIAL_FACTOR),
+                    tirx.ForKind.SERIAL, tirx.SeqStmt(copies))
