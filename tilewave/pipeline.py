@@ -59,6 +59,7 @@ __all__ = [
     "default_passes",
     "device_finalize_passes",
     "lower",
+    "run_stages",
     "stages_for",
 ]
 
@@ -377,11 +378,15 @@ def _pass_context(instruments: Sequence[Any] | None) -> Iterator[None]:
         yield
 
 
-def _run_stages(
+def run_stages(
     passes: Sequence[Any], mod: tvm.IRModule, info: TargetInfo, sequence_name: str
 ) -> tvm.IRModule:
-    # One Sequential per stage, under the same name: instruments number the stages as in
-    # one Sequential, disabled_pass still applies, and a stage that raises is known.
+    """Run ``passes`` in order, each in its own ``Sequential`` named ``sequence_name``.
+
+    Instruments number the stages as in one ``Sequential``, ``disabled_pass`` still applies,
+    and a stage that raises is known: a non-tilewave exception becomes a
+    :class:`~tilewave.errors.StageFailedError` naming the stage, the kernel and the target.
+    """
     for stage_pass in passes:
         try:
             mod = tvm.transform.Sequential([stage_pass], name=sequence_name)(mod)
@@ -397,7 +402,7 @@ def _lower_in_context(mod_or_func: Any, info: TargetInfo, multi_buffer_count: in
     _check_gpu_kernels(mod)
     check_shared_sizes_constant(mod)
     passes = default_passes(info, multi_buffer_count=multi_buffer_count)
-    lowered = _run_stages(passes, mod, info, "tilewave.lower")
+    lowered = run_stages(passes, mod, info, "tilewave.lower")
     check_shared_memory_limit(lowered, info)
     return lowered
 
@@ -509,7 +514,7 @@ def build(
     with _pass_context(instruments):
         lowered = _lower_in_context(mod_or_func, info, multi_buffer_count)
         device_mod = _device_part(lowered)
-        device_mod = _run_stages(device_finalize_passes(), device_mod, info, "tilewave.device")
+        device_mod = run_stages(device_finalize_passes(), device_mod, info, "tilewave.device")
     check_rocm_block_size(device_mod, info)
     device_target = _host_bound_target(info)
     if info.is_cuda:

@@ -24,22 +24,39 @@ from collections.abc import Callable
 from typing import Any
 
 import tvm
+from tvm import s_tir, tirx
+from tvm.backend.cuda import transforms as cuda_transforms
 from tvm.s_tir import pipeline as s_tir_pipeline
 from tvm.tirx import compilation_pipeline
 
 from tilewave.errors import UnknownTargetError, where
-from tilewave.pipeline import device_finalize_passes, lower
+from tilewave.pipeline import (
+    LowerOptions,
+    Stage,
+    device_finalize_passes,
+    lower,
+    run_stages,
+    stages_for,
+)
 from tilewave.targets import TargetInfo, get_target, target_names
 
 __all__ = [
     "TILEWAVE_PIPELINE",
+    "TILEWAVE_TIRX_PIPELINE",
     "bound_target",
     "register_pipelines",
+    "sync_stages",
     "tilewave_pipeline",
+    "tilewave_tirx_pipeline",
+    "tirx_passes",
 ]
 
 #: The name ``tvm.compile(..., tir_pipeline=...)`` takes for tilewave's pass list.
 TILEWAVE_PIPELINE = "tilewave"
+#: TVM's TIRx pipeline with tilewave's synchronisation stages, for TIRx kernels.
+TILEWAVE_TIRX_PIPELINE = "tilewave-tirx"
+#: tilewave's synchronisation block in :data:`tilewave.pipeline.STAGES` lies between these.
+_SYNC_BLOCK = ("tirx.AnnotateEntryFunc", "s_tir.ThreadSync")
 
 PipelineTriple = tuple[tvm.transform.Pass, Callable[[], Any], Callable[[], Any]]
 
@@ -110,6 +127,72 @@ def tilewave_pipeline() -> PipelineTriple:
     return _lower, _finalize_host, _finalize_device
 
 
+def sync_stages(target: TargetInfo) -> list[Stage]:
+    """tilewave's synchronisation stages for ``target``: the block of
+    :data:`tilewave.pipeline.STAGES` where TVM's default pipeline runs ``ThreadSync("shared")``
+    (barriers, fences, then the lowering of tilewave's ops)."""
+    stages = stages_for(target)
+    names = [stage.name for stage in stages]
+    start, end = (names.index(name) for name in _SYNC_BLOCK)
+    return stages[start + 1 : end]
+
+
+def tirx_passes(target: TargetInfo, config: dict[str, Any]) -> list[tvm.transform.Pass]:
+    """TVM 0.27's ``tirx`` lowering list (``tvm.tirx.compilation_pipeline.tirx_pipeline``)
+    with tilewave's synchronisation stages after ``AnnotateEntryFunc``, where the ``s_tir``
+    pipeline synchronises shared memory: after TIRx's scopes became ``threadIdx`` launches
+    and buffers were flattened, before host/device splitting.
+
+    TVM's ``tirx`` list itself inserts no synchronisation; everything it contains is kept, in
+    its order.
+    """
+    options = LowerOptions(config=config)
+    passes: list[tvm.transform.Pass] = [
+        tirx.transform.LowerTIRx(),
+        s_tir.transform.UnifyThreadBinding(),
+        tirx.transform.StmtSimplify(),
+        tirx.transform.LowerTIRxOpaque(),
+        tirx.transform.FlattenBuffer(),
+        tirx.transform.BF16ComputeLegalize(),
+        tirx.transform.NarrowDataType(32),
+        tirx.transform.VectorizeLoop(not bool(config.get("tir.disable_vectorize", False))),
+        tirx.transform.UnrollLoop(),
+        tirx.transform.StmtSimplify(),
+    ]
+    if not bool(config.get("tir.disable_cse_tir", False)):
+        passes.append(tirx.transform.CommonSubexprElim())
+    passes += [
+        tirx.transform.FP8ComputeLegalize(),
+        tirx.transform.VerifyMemory(),
+        tirx.transform.AnnotateEntryFunc(),
+        *(stage.make(target, options) for stage in sync_stages(target)),
+        tirx.transform.SplitHostDevice(),
+        cuda_transforms.LowerIket(),
+        tirx.transform.MakePackedAPI(),
+        tirx.transform.FP8StorageLegalize(),
+        tirx.transform.BF16StorageLegalize(),
+    ]
+    return passes
+
+
+def tilewave_tirx_pipeline() -> PipelineTriple:
+    """TVM pipeline factory for ``tir_pipeline="tilewave-tirx"``: :func:`tirx_passes` for the
+    target ``tvm.compile`` bound, with TVM's own host and device finalisation for TIRx.
+
+    Returns:
+        ``(lowering pass, host finalisation factory, device finalisation factory)``.
+    """
+
+    @tvm.transform.module_pass(opt_level=0, name="tilewave.tirx_pipeline")
+    def _lower(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        info = bound_target(mod, TILEWAVE_TIRX_PIPELINE)
+        passes = tirx_passes(info, dict(ctx.config))
+        return run_stages(passes, mod, info, "tilewave.lower")
+
+    return _lower, compilation_pipeline.finalize_host_passes, compilation_pipeline.finalize_device_passes
+
+
 def register_pipelines() -> None:
     """Register tilewave's named pipelines with TVM (idempotent; ``import tilewave`` calls it)."""
     compilation_pipeline.register_tir_pipeline(TILEWAVE_PIPELINE, tilewave_pipeline)
+    compilation_pipeline.register_tir_pipeline(TILEWAVE_TIRX_PIPELINE, tilewave_tirx_pipeline)
