@@ -1,0 +1,272 @@
+"""InsertSharedBarriers with cp.async commit/wait groups: commits where groups are open,
+the largest ``wait_group N`` that retires what is read, pipelined loops kept pipelined,
+hand-synchronised pipelines left alone, multibuffer + prefetch giving the hand schedule.
+
+Every result is also executed by ``tilewave.racecheck`` (an oracle that shares no code
+with the pass): the inputs race, the outputs do not.
+"""
+
+import tvm
+from tvm.script import tirx as T
+
+import tilewave
+from tilewave.analysis.shared_hazards import find_shared_hazards
+from tilewave.transforms.async_prefetch import prefetch_async_copies
+from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
+from tilewave.transforms.multibuffer import multi_buffer
+
+
+def check(before, expected, target="sm_90a"):
+    after = insert_shared_barriers(before, target)
+    expected = expected.with_attr("global_symbol", before.attrs["global_symbol"])
+    tvm.ir.assert_structural_equal(after, expected)
+    assert find_shared_hazards(after, target) == []
+    assert tilewave.racecheck(after, target).ok
+    tvm.ir.assert_structural_equal(insert_shared_barriers(after, target), after)
+    return after
+
+
+# --- a wait the user wrote without a commit -----------------------------------------------
+@T.prim_func
+def wait_without_commit(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        T.ptx.cp.async_.cg.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
+        T.ptx.cp.async_.wait_group(0)
+        T.tvm_storage_sync("shared")
+        B[tx] = S[255 - tx * 4]
+
+
+@T.prim_func
+def wait_without_commit_after(A: T.Buffer((256,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        T.ptx.cp.async_.cg.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
+        T.tilewave.commit_async_ops()  # the user's wait_group 0 now retires the copy
+        T.ptx.cp.async_.wait_group(0)
+        T.tvm_storage_sync("shared")
+        B[tx] = S[255 - tx * 4]
+
+
+def test_wait_group_without_commit_gets_the_commit_it_needs():
+    # a wait_group retires committed groups only: the copy is still in flight
+    assert any(h.kind.name == "RAW" for h in find_shared_hazards(wait_without_commit, "sm_90a"))
+    assert not tilewave.racecheck(wait_without_commit, "sm_90a").ok
+    check(wait_without_commit, wait_without_commit_after)
+
+
+# --- a hand-pipelined 3-stage loop is kept as written --------------------------------------
+@T.prim_func
+def hand3(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((3, 256), "float32", scope="shared")
+        for s in range(2):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[s, tx * 4]), T.address_of(A[s, tx * 4]), 16
+            )
+            T.ptx.cp.async_.commit_group()
+        for k in range(16):
+            T.ptx.cp.async_.wait_group(1)
+            T.tvm_storage_sync("shared")
+            if k + 2 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 2) % 3, tx * 4]), T.address_of(A[k + 2, tx * 4]), 16
+                )
+            T.ptx.cp.async_.commit_group()
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+def test_hand_pipeline_keeps_its_wait_group_1():
+    assert find_shared_hazards(hand3, "sm_90a") == []
+    assert tilewave.racecheck(hand3, "sm_90a").ok
+    after = insert_shared_barriers(hand3, "sm_90a")
+    assert after.same_as(hand3)  # nothing strengthened, nothing added
+
+
+@T.prim_func
+def hand3_too_weak(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((3, 256), "float32", scope="shared")
+        for s in range(2):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[s, tx * 4]), T.address_of(A[s, tx * 4]), 16
+            )
+            T.ptx.cp.async_.commit_group()
+        for k in range(16):
+            T.ptx.cp.async_.wait_group(2)  # leaves the stage about to be read in flight
+            T.tvm_storage_sync("shared")
+            if k + 2 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 2) % 3, tx * 4]), T.address_of(A[k + 2, tx * 4]), 16
+                )
+            T.ptx.cp.async_.commit_group()
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+def test_a_wait_group_that_retires_too_little_is_a_hazard_and_gets_fixed():
+    assert any(h.kind.name == "RAW" for h in find_shared_hazards(hand3_too_weak, "sm_90a"))
+    after = insert_shared_barriers(hand3_too_weak, "sm_90a")
+    assert find_shared_hazards(after, "sm_90a") == []
+    assert tilewave.racecheck(after, "sm_90a").ok
+
+
+# --- the same loop stripped of its synchronisation ----------------------------------------
+@T.prim_func
+def stripped3(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((3, 256), "float32", scope="shared")
+        for s in range(2):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[s, tx * 4]), T.address_of(A[s, tx * 4]), 16
+            )
+        for k in range(16):
+            if k + 2 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 2) % 3, tx * 4]), T.address_of(A[k + 2, tx * 4]), 16
+                )
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+@T.prim_func
+def stripped3_after(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((3, 256), "float32", scope="shared")
+        for s in range(2):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[s, tx * 4]), T.address_of(A[s, tx * 4]), 16
+            )
+        # the prologue's copies form one group (one run of copies), read in iteration 0
+        T.tilewave.commit_async_ops()
+        T.tilewave.wait_async_ops(0)
+        T.tilewave.lds_barrier()
+        for k in range(16):
+            # one wait + barrier per step: stage k lands (k + 1 stays in flight) and every
+            # thread is done with stage k - 1, which the prefetch below overwrites
+            T.tilewave.wait_async_ops(1)
+            T.tilewave.lds_barrier()
+            if k + 2 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 2) % 3, tx * 4]), T.address_of(A[k + 2, tx * 4]), 16
+                )
+            T.tilewave.commit_async_ops()
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+def test_stripped_pipeline_gets_the_hand_schedule():
+    assert not tilewave.racecheck(stripped3, "sm_90a").ok
+    check(stripped3, stripped3_after)
+
+
+# --- plain loop + multibuffer + prefetch ----------------------------------------------------
+@T.prim_func
+def plain(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        for k in range(16):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[tx * 4]), T.address_of(A[k, tx * 4]), 16
+            )
+            B[k, tx] = S[255 - tx * 4]
+
+
+@T.prim_func
+def plain_3_stages(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer(
+            (3, 256), "float32", scope="shared", annotations={"tilewave.multi_buffer_count": 3}
+        )
+        for k_prefetch in range(2):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[k_prefetch % 3, tx * 4]), T.address_of(A[k_prefetch, tx * 4]), 16
+            )
+            T.tilewave.commit_async_ops()
+        for k in range(16):
+            T.tilewave.wait_async_ops(1)
+            T.tilewave.lds_barrier()
+            if k + 2 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 2) % 3, tx * 4]), T.address_of(A[k + 2, tx * 4]), 16
+                )
+            T.tilewave.commit_async_ops()
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+@T.prim_func
+def plain_2_stages(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer(
+            (2, 256), "float32", scope="shared", annotations={"tilewave.multi_buffer_count": 2}
+        )
+        for k_prefetch in range(1):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[k_prefetch & 1, tx * 4]), T.address_of(A[k_prefetch, tx * 4]), 16
+            )
+            T.tilewave.commit_async_ops()
+        for k in range(16):
+            T.tilewave.wait_async_ops(0)
+            T.tilewave.lds_barrier()
+            if k + 1 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 1) & 1, tx * 4]), T.address_of(A[k + 1, tx * 4]), 16
+                )
+            T.tilewave.commit_async_ops()
+            B[k, tx] = S[k & 1, 255 - tx * 4]
+
+
+def test_multibuffer_and_prefetch_pipeline_a_plain_loop():
+    for count, expected in ((3, plain_3_stages), (2, plain_2_stages)):
+        pipelined = prefetch_async_copies(multi_buffer(plain, count, target="sm_90a"))
+        check(pipelined, expected)
+
+
+def test_lower_with_multi_buffer_count_pipelines_and_synchronises():
+    mod = tilewave.lower(plain, "sm_90a", multi_buffer_count=3)
+    text = mod.script()
+    assert 'T.ptx.cp("async", "commit_group", "")' in text
+    assert 'T.ptx.cp(1, "async", "wait_group", "")' in text
+    assert text.count("tvm_storage_sync") == 1  # one barrier per step, none elsewhere
+
+
+# --- swizzled tiles and copy loops ------------------------------------------------------------
+@T.prim_func
+def swizzled(A: T.Buffer((8, 128, 32), "float16"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        S = T.alloc_buffer((128, 32), "float16", scope="shared")
+        for k in range(8):
+            for i in T.unroll(4):
+                row: T.let[T.int32] = i * 32 + tx // 4
+                chunk: T.let[T.int32] = tx % 4
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[row, T.bitwise_xor(chunk, row // 2 % 4) * 8]),
+                    T.address_of(A[k, row, chunk * 8]),
+                    16,
+                )
+            B[k, tx] = T.Cast(
+                "float32", S[127 - tx, T.bitwise_xor(tx % 4, (127 - tx) // 2 % 4) * 8]
+            )
+
+
+@T.prim_func
+def swizzled_after(A: T.Buffer((8, 128, 32), "float16"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        S = T.alloc_buffer((128, 32), "float16", scope="shared")
+        for k in range(8):
+            T.tilewave.lds_barrier()  # WAR: iteration k - 1 read the tile
+            for i in T.unroll(4):  # the swizzled chunks of one copy loop need no barrier
+                row: T.let[T.int32] = i * 32 + tx // 4
+                chunk: T.let[T.int32] = tx % 4
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[row, T.bitwise_xor(chunk, row // 2 % 4) * 8]),
+                    T.address_of(A[k, row, chunk * 8]),
+                    16,
+                )
+            T.tilewave.commit_async_ops()
+            T.tilewave.wait_async_ops(0)
+            T.tilewave.lds_barrier()
+            B[k, tx] = T.Cast(
+                "float32", S[127 - tx, T.bitwise_xor(tx % 4, (127 - tx) // 2 % 4) * 8]
+            )
+
+
+def test_xor_swizzled_copy_loop_is_one_group_and_needs_no_inner_barrier():
+    check(swizzled, swizzled_after)
