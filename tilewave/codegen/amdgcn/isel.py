@@ -439,8 +439,17 @@ class _Selector(OpSelection):
         self.emit("s_load_dwordx2", [Sub(buf.srd, 0, 2)],
                   [self.kernarg, Imm.of_int(kernarg_offset)], comment=f"{var.name}: base address")
         records = self.expr(size).op
-        self.emit("s_mov_b32", [Sub(buf.srd, 2)], [records], comment="num_records (bytes)")
-        self.emit("s_mov_b32", [Sub(buf.srd, 3)], [Imm.of_int(SRD_WORD3)])
+        # words 2-3 (num_records, format) equal to an earlier SRD's: one 64-bit copy
+        records_key = records.bits if isinstance(records, Imm) else repr(records)
+        tail = ir.expr.StringImm(f"srd words 2-3: {records_key}")
+        earlier = self.values.lookup(tail)
+        if earlier is not None:
+            self.emit("s_mov_b64", [Sub(buf.srd, 2, 2)], [Sub(earlier, 2, 2)],
+                      comment="num_records, format")
+        else:
+            self.emit("s_mov_b32", [Sub(buf.srd, 2)], [records], comment="num_records (bytes)")
+            self.emit("s_mov_b32", [Sub(buf.srd, 3)], [Imm.of_int(SRD_WORD3)])
+            self.values.record(tail, buf.srd)
         return buf
 
     def _check_dtype(self, dtype: str, what: object) -> None:
