@@ -6,7 +6,7 @@ import pytest
 from tilewave.codegen.amdgcn.hazards import mitigate_hazards
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, PReg, Program, Sub, Sym, VReg
 from tilewave.codegen.amdgcn.liveness import live_intervals, liveness
-from tilewave.codegen.amdgcn.peephole import fuse, pair_zero_moves
+from tilewave.codegen.amdgcn.peephole import drop_final_exec_restore, fuse, pair_zero_moves
 from tilewave.codegen.amdgcn.regalloc import allocate
 from tilewave.codegen.amdgcn.render import format_body
 from tilewave.codegen.amdgcn.waitcnt import insert_waitcnt
@@ -415,3 +415,22 @@ def test_v_mov_b64_before_an_mfma_waits_like_any_valu_write():
     wide = gap([Instr("v_mov_b64", [v(0, 2)], [Imm.of_int(0)])])
     narrow = gap([Instr("v_mov_b32", [v(1)], [Imm.of_int(0)])])
     assert wide == narrow == ["s_nop 1"]
+
+
+def test_exec_restore_right_before_the_end_is_dropped_and_others_kept():
+    saved = s(4, 2)
+    p = prog(
+        Instr("s_and_saveexec_b64", [saved], [s(6, 2)]),
+        Instr("s_cbranch_execz", target=".Lend"),
+        Instr("v_mov_b32", [v(1)], [Imm.of_int(0)]),
+        Label(".Lmid"),
+        Instr("s_or_b64", [Sym("exec")], [Sym("exec"), saved]),  # more code follows: kept
+        Instr("s_and_saveexec_b64", [saved], [s(6, 2)]),
+        Label(".Lend"),
+        Instr("s_or_b64", [Sym("exec")], [Sym("exec"), saved]),  # only s_endpgm follows
+        Instr("s_endpgm"),
+    )
+    assert text(drop_final_exec_restore(p)) == [
+        "s_and_saveexec_b64 s[4:5], s[6:7]", "s_cbranch_execz .Lend", "v_mov_b32 v1, 0",
+        ".Lmid:", "s_or_b64 exec, exec, s[4:5]", "s_and_saveexec_b64 s[4:5], s[6:7]", ".Lend:",
+        "s_endpgm"]

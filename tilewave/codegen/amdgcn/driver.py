@@ -24,7 +24,7 @@ from tilewave.codegen.amdgcn.metadata import (
     metadata_yaml,
     resources,
 )
-from tilewave.codegen.amdgcn.peephole import fuse, pair_zero_moves
+from tilewave.codegen.amdgcn.peephole import drop_final_exec_restore, fuse, pair_zero_moves
 from tilewave.codegen.amdgcn.regalloc import allocate
 from tilewave.codegen.amdgcn.render import assign, format_body
 from tilewave.codegen.amdgcn.waitcnt import insert_waitcnt
@@ -121,7 +121,7 @@ def compile_device_func(func: tirx.PrimFunc, target: Any) -> CompiledKernel:
     """Run the backend stages on a device PrimFunc (lowered, or written with bindings)."""
     info = _require_asm_target(target)
     selected = select(func, info)
-    fused = pair_zero_moves(fuse(selected))
+    fused = drop_final_exec_restore(pair_zero_moves(fuse(selected)))
     alloc = allocate(fused, {"v": min(ARCH_VGPRS, info.vgprs), "s": info.sgprs})
     allocated = assign(fused, alloc)
     final = mitigate_hazards(insert_waitcnt(allocated))

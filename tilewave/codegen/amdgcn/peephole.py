@@ -19,6 +19,9 @@ instruction selection, where the value ranges are known.)
 ``R`` an even-aligned range, as MFMA accumulators are) into one ``v_mov_b64 R[2i:2i+1], 0``
 (gfx940+; the 64-bit inline constant 0 is zero in both halves — other constants differ
 between 32 and 64 bits, so only zero pairs).
+
+:func:`drop_final_exec_restore` removes ``s_or_b64 exec, exec, saved`` (the end of a
+divergent ``if``) when ``s_endpgm`` follows it directly: the wave ends whatever EXEC is.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import replace
 from tilewave.codegen.amdgcn.isa import valu_operands_ok
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, Program, Sub, VReg, base_reg
 
-__all__ = ["FUSIONS", "fuse", "pair_zero_moves"]
+__all__ = ["FUSIONS", "drop_final_exec_restore", "fuse", "pair_zero_moves"]
 
 #: (first opcode, second opcode) -> fused opcode
 FUSIONS: dict[tuple[str, str], str] = {
@@ -118,3 +121,17 @@ def pair_zero_moves(program: Program) -> Program:
             continue
         body.append(ins)
     return replace(program, body=body)
+
+
+def drop_final_exec_restore(program: Program) -> Program:
+    """``program`` without EXEC restores that only ``s_endpgm`` follows."""
+    body = list(program.body)
+    keep = []
+    for i, ins in enumerate(body):
+        nxt = body[i + 1] if i + 1 < len(body) else None
+        if (isinstance(ins, Instr) and ins.opcode == "s_or_b64"
+                and [str(d) for d in ins.defs] == ["exec"]
+                and isinstance(nxt, Instr) and nxt.opcode == "s_endpgm"):
+            continue
+        keep.append(ins)
+    return replace(program, body=keep)
