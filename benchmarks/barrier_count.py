@@ -455,7 +455,7 @@ def _verdict(ours: PassRun, theirs: PassRun, base: Counter[str]) -> str:
     other = sum((theirs.executed - base).values())
     relation = "fewer than" if mine < other else "more than" if mine > other else "as many as"
     clean = "ThreadSync output clean" if theirs.hazards == 0 else "ThreadSync output has hazards"
-    return f"tilewave executes {relation} sync statements per block than ThreadSync ({clean})"
+    return f"sync statements per block: tilewave executes {relation} ThreadSync ({clean})"
 
 
 if __name__ == "__main__":
