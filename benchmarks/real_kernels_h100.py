@@ -276,8 +276,8 @@ def _subprocess_result(command: list[str], timeout: int) -> tuple[dict | None, s
     log = done.stdout + done.stderr
     match = re.search(r"^RESULT (\{.*\})$", log, re.M)
     if match is None:
-        tail = " ".join(log.split())[-300:]
-        return None, f"exit {done.returncode}: {tail}"
+        lines = [line.strip() for line in log.splitlines() if line.strip()]
+        return None, f"exit {done.returncode}: {' / '.join(lines[-2:])[-300:]}"
     return json.loads(match.group(1)), log
 
 
