@@ -136,9 +136,9 @@ def emit_size(out_dir: Path, small: bool) -> dict:
     return manifest
 
 
-def emit(out_dir: Path) -> None:
-    """Both sizes: ``out_dir/full`` and ``out_dir/small``."""
-    for size in SIZES:
+def emit(out_dir: Path, sizes: tuple[str, ...] = SIZES) -> None:
+    """``out_dir/full`` and ``out_dir/small`` (or the ``sizes`` given)."""
+    for size in sizes:
         print(f"emitting {size} -> {out_dir / size}")
         emit_size(out_dir / size, small=size == "small")
 
@@ -385,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: ``--emit DIR``, ``--run DIR``, ``--racecheck DIR`` (or both)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--emit", type=Path, help="write CUDA sources (needs TVM)")
+    parser.add_argument("--size", choices=SIZES, help="with --emit: only this size")
     parser.add_argument("--run", type=Path, help="compile, check and time (needs the GPU)")
     parser.add_argument("--racecheck", type=Path, help="race-check the small variants")
     parser.add_argument("--budget-s", type=float, default=float("inf"),
@@ -402,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --emit DIR, --run DIR or --racecheck DIR")
     status, deadline = 0, time.monotonic() + args.budget_s
     if args.emit is not None:
-        emit(args.emit)
+        emit(args.emit, (args.size,) if args.size else SIZES)
     if args.run is not None:
         status |= run(args.run)
     if args.racecheck is not None:
