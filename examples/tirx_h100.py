@@ -43,7 +43,7 @@ SYNC_PATTERNS = {
     "cp.async commits": r"cp_async_commit_group\w*\(\);",
 }
 _SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed")
-SANITIZER_TIMEOUT_S = 120
+SANITIZER_TIMEOUT_S = 90
 
 
 def sync_counts(source: str) -> dict[str, int]:
