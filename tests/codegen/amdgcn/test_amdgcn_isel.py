@@ -130,9 +130,28 @@ def _loop_body(text: str, label: str) -> list[str]:
     return lines[start + 1:end]
 
 
+LONG_K = 16 * 12  # 12 MFMA steps: more than unroll.SHORT_SYNC_TRIPS, the K loop stays a loop
+
+
+@T.prim_func
+def gemm_long_k(A: T.Buffer((16, LONG_K), "float16"), BT: T.Buffer((16, LONG_K), "float16"),
+                C: T.Buffer((16, 16), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        acc = T.alloc_buffer((4,), "float32", scope="local")
+        acc[T.Ramp(0, 1, 4)] = T.Broadcast(T.float32(0), 4)
+        for k in range(LONG_K // 16):
+            acc[T.Ramp(0, 1, 4)] = T.call_llvm_pure_intrin(
+                "float32x4", "llvm.amdgcn.mfma.f32.16x16x16f16",
+                A[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                BT[tx % 16, T.Ramp(k * 16 + tx // 16 * 4, 1, 4)],
+                acc[T.Ramp(0, 1, 4)], 0, 0, 0)
+        for r in T.unroll(4):
+            C[tx // 16 * 4 + r, tx % 16] = acc[r]
+
+
 def test_loop_invariant_lane_address_is_hoisted_and_the_counter_part_is_soffset():
-    text = body(kernels.gemm_f16)
-    loop = _loop_body(text, ".Lgemm_f16_kernel_loop0")
+    text = body(gemm_long_k)
+    loop = _loop_body(text, ".Lgemm_long_k_kernel_loop0")
     assert [ln for ln in loop if ln.startswith("v_") and not ln.startswith("v_mfma")] == []
     loads = [ln for ln in loop if ln.startswith("buffer_load_dwordx2")]
     assert len(loads) == 2

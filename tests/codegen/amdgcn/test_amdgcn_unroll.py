@@ -64,7 +64,7 @@ def loop_with_barrier(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float
     (short_copy, True),  # 4 trips x 2 statements
     (long_copy, False),  # 64 trips: more than AUTO_UNROLL_TRIPS (unrolled by 4 instead)
     (marked_unroll, True),  # T.unroll: the user asked
-    (loop_with_barrier, False),  # barriers: nothing to gain
+    (loop_with_barrier, True),  # a barrier loop of 4 <= SHORT_SYNC_TRIPS steps
 ])
 def test_unroll_rules(func, expected):
     assert should_unroll(first_loop(func)) is expected
@@ -84,8 +84,9 @@ def test_long_loop_is_unrolled_by_four_and_copies_correctly():
     np.testing.assert_array_equal(b, a)
 
 
-def test_mfma_k_loop_stays_a_loop():
-    assert not should_unroll(first_loop(kernels.gemm_f16, "k"))
+def test_short_mfma_k_loop_is_unrolled_a_long_one_is_not():
+    assert should_unroll(first_loop(kernels.gemm_f16, "k"))  # 4 steps
+    assert partially_unrolled(first_loop(kernels.gemm_f16, "k")) is None
     assert should_unroll(first_loop(kernels.gemm_f16, "r"))  # its T.unroll(4) store loop
 
 

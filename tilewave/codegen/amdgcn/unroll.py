@@ -6,11 +6,12 @@ Which loops are unrolled:
   most :data:`MAX_UNROLL_TRIPS`;
 * a plain serial loop with a constant trip count of at most :data:`AUTO_UNROLL_TRIPS` whose
   unrolled body stays small (trips x statements <= :data:`AUTO_UNROLL_STATEMENTS`) and that
-  holds no nested loop, no barrier and no MFMA. Barrier loops gain nothing (they wait
-  anyway), and MFMA K loops stay loops: the accumulator chains through one register range
-  and an unrolled K loop would keep every fragment of every step live at once.
+  holds no nested loop; a loop with a barrier or an MFMA only when it has at most
+  :data:`SHORT_SYNC_TRIPS` steps (the counter, compare and branch of every step are SALU
+  work LLVM's fully unrolled code does not execute; the selector loads each MFMA fragment
+  where it is used, so unrolling does not keep every step's fragments live at once).
 
-A longer serial loop of the same kind (no nested loop, barrier or MFMA) whose trip count is a
+A longer serial loop (no nested loop, barrier or MFMA) whose trip count is a
 multiple of :data:`PARTIAL_FACTOR` and whose body, repeated that many times, stays within
 :data:`PARTIAL_UNROLL_STATEMENTS` is unrolled by that factor (:func:`partially_unrolled`): a
 loop of ``trips / 4`` steps over four copies, so the loop overhead is paid once per four
@@ -45,6 +46,7 @@ __all__ = [
 AUTO_UNROLL_TRIPS = 32
 AUTO_UNROLL_STATEMENTS = 64
 PARTIAL_FACTOR = 4
+SHORT_SYNC_TRIPS = 8
 PARTIAL_UNROLL_STATEMENTS = 128
 MAX_UNROLL_TRIPS = 256
 
@@ -65,27 +67,28 @@ def _trip_count(loop: tirx.For) -> int | None:
     return int(loop.extent.value)
 
 
-def _shape(body: Any) -> tuple[int, bool]:
-    """(statements in ``body``, whether it holds a loop, a barrier or an MFMA)."""
+def _shape(body: Any) -> tuple[int, bool, bool]:
+    """(statements in ``body``, whether it holds a loop, whether it holds a barrier or an
+    MFMA)."""
     statements = 0
-    blocking = False
+    nested = synchronising = False
 
     def visit(node: Any) -> None:
-        nonlocal statements, blocking
+        nonlocal statements, nested, synchronising
         if isinstance(node, tirx.Stmt) and not isinstance(node, tirx.SeqStmt):
             statements += 1
         if isinstance(node, (tirx.For, tirx.While)):
-            blocking = True
+            nested = True
         if isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
             effect = classify_call(node)
             name = callee_name(node)
             if (effect is not None and OpEffect.BARRIER in effect) or any(
                 word in name for word in ("barrier", ".mfma.")
             ):
-                blocking = True
+                synchronising = True
 
     post_order_visit(body, visit)
-    return statements, blocking
+    return statements, nested, synchronising
 
 
 def should_unroll(loop: tirx.For) -> bool:
@@ -97,8 +100,10 @@ def should_unroll(loop: tirx.For) -> bool:
         return trips <= MAX_UNROLL_TRIPS
     if int(loop.kind) != int(tirx.ForKind.SERIAL) or trips > AUTO_UNROLL_TRIPS:
         return False
-    statements, blocking = _shape(loop.body)
-    return not blocking and trips * statements <= AUTO_UNROLL_STATEMENTS
+    statements, nested, synchronising = _shape(loop.body)
+    if nested or (synchronising and trips > SHORT_SYNC_TRIPS):
+        return False
+    return trips * statements <= AUTO_UNROLL_STATEMENTS
 
 
 class _FoldConstants(TIRMutator):
@@ -137,8 +142,8 @@ def partially_unrolled(loop: tirx.For) -> tirx.For | None:
     if (trips is None or trips % PARTIAL_FACTOR or trips <= PARTIAL_FACTOR
             or int(loop.kind) != int(tirx.ForKind.SERIAL)):
         return None
-    statements, blocking = _shape(loop.body)
-    if blocking or statements * PARTIAL_FACTOR > PARTIAL_UNROLL_STATEMENTS:
+    statements, nested, synchronising = _shape(loop.body)
+    if nested or synchronising or statements * PARTIAL_FACTOR > PARTIAL_UNROLL_STATEMENTS:
         return None
     lets: list[Any] = []
     post_order_visit(
