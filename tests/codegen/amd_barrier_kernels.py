@@ -175,7 +175,7 @@ def loop_carried_gfx942(A: T.Buffer((8, 256), "float32"), B: T.Buffer((8, 256), 
     for tx in T.thread_binding(256, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")
         for k in range(8):
-            # only a write-once global store consumed the previous iteration's reads: drained
+            # only a write-only global store consumed the previous iteration's reads: drained
             T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier")
             S[tx] = A[k, tx]
             T.call_llvm_intrin("void", "llvm.amdgcn.s.waitcnt", T.int32(LGKMCNT0))
@@ -220,7 +220,7 @@ def user_sync_gfx1200(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float
 @T.prim_func
 def nothing_in_flight(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
     # the second barrier follows the first with no LDS access in between; the first follows
-    # only a write-once global store of an LDS read
+    # only a write-only global store of an LDS read
     T.func_attr({"global_symbol": "nothing_in_flight"})
     for tx in T.thread_binding(256, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")

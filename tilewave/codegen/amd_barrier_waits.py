@@ -18,16 +18,18 @@ nowhere else. A wait is left out where the counter is known to be zero at the ba
 
 * nothing touched LDS since the kernel started, or since the previous barrier's wait (or an
   explicit wait the kernel already has), on any path;
-* every LDS access since then is a read whose value a *write-once global store* needs:
-  ``G[i] = f(S[j])`` where ``G`` is a global buffer this statement alone writes and no
-  statement reads, indexed by every enclosing loop's variable. The store needs the loaded
-  value in a register, so LLVM (and tilewave's assembly backend) wait for each such read
-  before it; nothing can move it past the barrier: LLVM sinks a store to a ``noalias``
-  buffer across ``s_barrier`` only by promoting a loop-invariant location to a register
-  (LICM), forwarding it to a later load of the same location (GVN) or merging it with
-  another store to it (DSE, store sinking), and a write-once, never-read, loop-indexed
-  location offers none of these. (A read-modify-write ``B[tx] = B[tx] + S[j]`` in a loop is
-  promoted exactly so, leaving the ``ds_read`` in flight at the barrier: it keeps its wait.)
+* every LDS access since then is a read whose value a *write-only global store* needs:
+  ``G[i] = f(S[j])`` where the kernel never reads the global buffer ``G`` nor stores to it
+  under an ``if``, and ``i`` depends on every enclosing loop's variable. The store needs
+  the loaded value in a register, so LLVM (and tilewave's assembly backend) wait for each
+  such read before it, and nothing moves the store past the barrier: LLVM sinks a store to
+  a ``noalias`` buffer across ``s_barrier`` by promoting a loop-invariant location to a
+  register (LICM), by forwarding it to a later load of the location (GVN), or by merging
+  the stores of an ``if``'s two arms into the join (store sinking); a never-read,
+  loop-indexed location stored outside ``if`` offers none of these (DSE may delete such a
+  store, and then its ``ds_read`` is dead too). A read-modify-write ``B[tx] = B[tx] +
+  S[j]`` in a loop is promoted exactly so, leaving the ``ds_read`` in flight at the
+  barrier: it keeps its wait.
 
 Loops are iterated to a fixed point (the state at the loop head joins the entry state and
 the state at the end of the body), ``if`` joins its branches.
@@ -153,14 +155,23 @@ def releases_lds(stmt: Any, func_name: str) -> bool:
 
 
 class _GlobalUses(TIRVisitor):
-    """How often each global buffer (by data pointer) is stored to and read."""
+    """Which buffers are read anywhere, and which are stored to under an ``if``."""
 
     def __init__(self) -> None:
-        self.stores: Counter = Counter()
         self.reads: Counter = Counter()
+        self.stored_under_if: set[Any] = set()
+        self._if_depth = 0
+
+    def visit_IfThenElse(self, node: Any) -> None:
+        self.visit(node.condition)
+        self._if_depth += 1
+        self.visit(node.then_case)
+        self.visit(node.else_case)
+        self._if_depth -= 1
 
     def visit_BufferStore(self, node: Any) -> None:
-        self.stores[node.buffer] += 1
+        if self._if_depth:
+            self.stored_under_if.add(node.buffer)
         self.visit(node.value)
         self.visit(node.indices)
 
@@ -203,13 +214,14 @@ class _WaitPlacer:
         post_order_visit(expr, add)
         return frozenset(found)
 
-    def consumed_by_write_once_store(self, stmt: Any) -> bool:
-        """``G[i] = f(S[j])`` with G global, stored only here, never read, indexed by every
-        enclosing loop: its LDS reads are waited for before the store, which stays put."""
+    def consumed_by_write_only_store(self, stmt: Any) -> bool:
+        """``G[i] = f(S[j])`` with G a global buffer the kernel never reads nor stores to
+        under an ``if``, indexed by every enclosing loop: its LDS reads are waited for
+        before the store, and nothing moves the store past the barrier."""
         if not isinstance(stmt, tirx.BufferStore) or str(stmt.buffer.scope()) != "global":
             return False
         buffer = stmt.buffer
-        if self.uses.stores[buffer] != 1 or self.uses.reads[buffer] > 0:
+        if self.uses.reads[buffer] > 0 or buffer in self.uses.stored_under_if:
             return False
         index_vars = self.vars_of(list(stmt.indices))
         return all(loop is not _WHILE and loop in index_vars for loop in self.loops)
@@ -244,7 +256,7 @@ class _WaitPlacer:
             else state.dma
         lds_ops = [a for a in accesses if a.kind is not AccessKind.ASYNC_WRITE]
         drained = all(a.kind is AccessKind.READ for a in lds_ops) and (
-            self.consumed_by_write_once_store(stmt)
+            self.consumed_by_write_only_store(stmt)
         )
         return CounterState(state.lds or (bool(lds_ops) and not drained), dma)
 
