@@ -296,7 +296,12 @@ BAD_INPUTS: tuple[BadInput, ...] = (
     BadInput(
         "two writes to one shared word in the two arms of a thread-divergent `if`",
         errors.UnfixableHazardError,
-        ("both write shared buffer 'S'", "`if threadIdx_x % 2 == 0`", "no barrier can order"),
+        (
+            "`S[tx // 2] = A[tx]` and `S[tx // 2] = A[tx] * T.float32(2.0)`",
+            "both write shared buffer 'S'",
+            "`if tx % 2 == 0`",
+            "no barrier can order",
+        ),
         call=lambda: build(odd_even_writes, "sm_90a"),
     ),
     BadInput(

@@ -46,7 +46,10 @@ from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms import shared_layout
 from tilewave.transforms.async_prefetch import PrefetchAsyncCopies
-from tilewave.transforms.hazard_invariant import checked_barrier_pass
+from tilewave.transforms.hazard_invariant import (
+    checked_barrier_pass,
+    refuse_unfixable_in_module,
+)
 from tilewave.transforms.inject_fence_proxy import InjectFenceProxy
 from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
@@ -138,6 +141,9 @@ def _multibuffer(target: TargetInfo, options: LowerOptions) -> tvm.transform.Pas
 def _wants_multibuffer(target: TargetInfo, options: LowerOptions) -> bool:
     return options.multi_buffer_count is not None
 
+
+#: The name of the barrier stage (InsertSharedBarriers with its invariant checks).
+BARRIER_STAGE = "tilewave.InsertSharedBarriers"
 
 #: The pass list, in order. TVM's entries mirror ``tvm.s_tir.pipeline.default_s_tir_pipeline``
 #: (TVM 0.27) with ``ThreadSync("shared")`` / ``ThreadSync("shared.dyn")`` replaced by
@@ -232,7 +238,7 @@ STAGES: tuple[Stage, ...] = (
     # InsertSharedBarriers and InjectFenceProxy go here, before LowerTilewaveOps.
     # Checked: unfixable hazards are refused before, and none may remain after (invariant).
     Stage(
-        "tilewave.InsertSharedBarriers",
+        BARRIER_STAGE,
         lambda t, o: checked_barrier_pass(InsertSharedBarriers(t)),
         origin="tilewave",
     ),
@@ -402,6 +408,8 @@ def _lower_in_context(mod_or_func: Any, info: TargetInfo, multi_buffer_count: in
     _check_gpu_kernels(mod)
     check_shared_sizes_constant(mod)
     passes = default_passes(info, multi_buffer_count=multi_buffer_count)
+    # Also checked inside the barrier stage; here the message shows the kernel as written.
+    refuse_unfixable_in_module(mod, BARRIER_STAGE)
     lowered = run_stages(passes, mod, info, "tilewave.lower")
     check_shared_memory_limit(lowered, info)
     return lowered

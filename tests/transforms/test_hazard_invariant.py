@@ -71,13 +71,19 @@ def test_two_arm_writes_to_one_word_are_refused_naming_both_statements_and_buffe
     with pytest.raises(UnfixableHazardError) as info:
         build(odd_even_writes, target)
     message = str(info.value)
-    assert message.startswith("tilewave.InsertSharedBarriers: `S[")
-    assert "= A[threadIdx_x]` and `S[" in message
-    assert "= A[threadIdx_x] * T.float32(2.0)`" in message
-    assert "in function 'odd_even_writes'" in message
+    # checked on the kernel as written, so the statements read as in the source
+    assert message.startswith(
+        "tilewave.InsertSharedBarriers: `S[tx // 2] = A[tx]` and "
+        "`S[tx // 2] = A[tx] * T.float32(2.0)` in function 'odd_even_writes'"
+    )
     assert "shared buffer 'S'" in message
-    assert "`if threadIdx_x % 2 == 0`" in message
+    assert "`if tx % 2 == 0`" in message
     assert "Make the arms write disjoint elements" in message
+
+
+def test_the_stage_itself_refuses_them_on_lowered_ir():
+    with pytest.raises(UnfixableHazardError, match=r"`if tx % 2 == 0`"):
+        _checked("gfx942")(tvm.IRModule({"odd_even_writes": odd_even_writes}))
 
 
 def test_warp_split_writes_are_refused_before_the_pass_runs():

@@ -31,6 +31,7 @@ __all__ = [
     "checked_barrier_pass",
     "concurrent_arm_writes",
     "refuse_unfixable",
+    "refuse_unfixable_in_module",
     "require_no_hazards_left",
 ]
 
@@ -100,6 +101,14 @@ def refuse_unfixable(func: tirx.PrimFunc, func_name: str, pass_name: str) -> Non
         )
 
 
+def refuse_unfixable_in_module(mod: tvm.IRModule, pass_name: str) -> None:
+    """:func:`refuse_unfixable` for every PrimFunc of ``mod`` (run on the user's kernel, so
+    the message shows the statements as written)."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, tirx.PrimFunc):
+            refuse_unfixable(func, _func_name(gvar, func), pass_name)
+
+
 def require_no_hazards_left(func: tirx.PrimFunc, func_name: str, pass_name: str) -> None:
     """The invariant: the verifier finds no hazard in ``func`` (a barrier pass's output).
 
@@ -130,9 +139,7 @@ def checked_barrier_pass(inner: tvm.transform.Pass) -> tvm.transform.Pass:
     name = inner.info.name
 
     def run(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        funcs = [(g, f) for g, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
-        for gvar, func in funcs:
-            refuse_unfixable(func, _func_name(gvar, func), name)
+        refuse_unfixable_in_module(mod, name)
         result = inner(mod)
         for gvar, func in result.functions.items():
             if isinstance(func, tirx.PrimFunc):
