@@ -1558,6 +1558,14 @@ class _Selector(OpSelection):
         for term in terms:
             (uniform_terms if self.expr_is_uniform(term) else lane_terms).append(term)
         const_bytes = const * buf.elem_bytes
+        if (offset_field and const_bytes > MAX_BUFFER_OFFSET and self.non_negative(lane_terms)
+                and self.non_negative(uniform_terms)):
+            # the 4 KiB window in soffset (one SGPR shared by every access in it), the rest
+            # in the offset field: no per-access VGPR address (unrolled tiles stay small)
+            window = const_bytes - const_bytes % (MAX_BUFFER_OFFSET + 1)
+            uniform_terms.append(tirx.IntImm("int32", window // buf.elem_bytes))
+            const_bytes -= window
+            const = const_bytes // buf.elem_bytes
         extra = tirx.IntImm("int32", const)
         if const and not (offset_field and 0 <= const_bytes <= MAX_BUFFER_OFFSET):
             if uniform_terms and self.non_negative([*uniform_terms, extra]):
@@ -1580,7 +1588,10 @@ class _Selector(OpSelection):
         soffset: Operand = Imm.of_int(0)
         if uniform_terms:
             op = self.scaled(uniform_terms, buf.elem_bytes).op
-            soffset = op if isinstance(op, Imm) and op.is_inline else self.to_sgpr(op)
+            if isinstance(op, Imm):
+                soffset = op if op.is_inline else self.constant(op.bits, "s")
+            else:
+                soffset = self.to_sgpr(op)
         return vaddr, soffset, const_bytes
 
     def non_negative(self, terms: list[object]) -> bool:
