@@ -47,12 +47,51 @@ _MATRIX_ROW_BYTES = 16
 _ADDRESS_OPS = frozenset({"tirx.address_of", "tirx.tvm_access_ptr", *_UNWRAP})
 
 
+_TMA_LOAD = _PTX + "cp_async_bulk_tensor_g2s"
+
+
+def _tile_stride(expr: Any) -> int | None:
+    """The largest constant that multiplies a non-constant term of ``expr``."""
+    if isinstance(expr, tirx.Mul):
+        for x, y in ((expr.a, expr.b), (expr.b, expr.a)):
+            if isinstance(y, tirx.IntImm) and not isinstance(x, tirx.IntImm):
+                return abs(int(y.value))
+    if isinstance(expr, (tirx.Add, tirx.Sub)):
+        found = [v for v in (_tile_stride(expr.a), _tile_stride(expr.b)) if v is not None]
+        return max(found) if found else None
+    return None
+
+
+def _addressed_tile_bytes(address: Any) -> int | None:
+    """The bytes of the tile a TMA load writes when its box is not known here (the tensor
+    map lives on the host): the stride between the tiles its destination index steps
+    through (``A_s[stage * 8192]``: 8192 elements), bounded by the buffer's end."""
+    start = _start(address)
+    if start is None or start[1] is None:
+        return None
+    buffer, indices = start
+    shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
+    elem_bytes = _element_bytes(str(buffer.ty.dtype))
+    if None in shape or elem_bytes is None or len(indices) != len(shape):
+        return None
+    flat: Any = None
+    for idx, ext in zip(indices, shape, strict=True):
+        flat = idx if flat is None else flat * ext + idx
+    stride = _tile_stride(flat)
+    return None if stride is None else stride * elem_bytes
+
+
 def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
     """``(destination address, byte count)`` operands of a copy or matrix-row op."""
     name = callee_name(call)
     for prefix, (dst, size) in COPY_OPERANDS.items():
         if name.startswith(prefix) and len(call.args) > max(dst, size):
             return call.args[dst], call.args[size]
+    if name.startswith(_TMA_LOAD) and call.args:
+        tile = _addressed_tile_bytes(call.args[0])
+        if tile is not None:
+            return call.args[0], tirx.IntImm("int32", tile)
+        return None
     if name.startswith(MATRIX_ROW_OPS):
         for arg in call.args:
             if isinstance(arg, ir.expr.Call) and callee_name(arg) in _ADDRESS_OPS:

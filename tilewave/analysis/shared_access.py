@@ -31,6 +31,16 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.analysis.copy_regions import MATRIX_ROW_OPS, copy_region
+from tilewave.analysis.hopper_ops import (
+    DescriptorSource,
+    descriptor_region,
+    mbarrier_element,
+    mbarrier_operand,
+    mbarrier_role,
+    tma_load_destination,
+    wgmma_descriptor_operands,
+)
+from tilewave.analysis.local_scalars import ScalarForwarder
 from tilewave.analysis.region_proof import ANY, FAR, analysable, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.errors import MalformedKernelError, where
@@ -166,13 +176,25 @@ class SharedAccess:
     loops: tuple[LoopRange, ...] = field(default=())
     #: the access's scope: path conditions and ``Bind`` values (``loops`` repeats its loops)
     scope: AccessScope = field(default_factory=lambda: AccessScope(), repr=False)
-    #: an async copy that completes through commit/wait groups (``cp.async``): it joins the
-    #: thread's open group, ``commit_group`` closes that group, and ``wait_group N`` retires
-    #: every committed group but the newest ``N``
-    async_group: bool = False
-    #: a warp-collective access (``ldmatrix``/``stmatrix``): the lane that gives the
-    #: address is not the lane whose registers the data moves through, so even one lane's
-    #: own earlier write is not ordered with it by program order
+    #: how an asynchronous access completes: ``"cp.async"``, ``"wgmma"`` or ``"bulk"`` (TMA
+    #: store reads) through that unit's commit/wait groups (the access joins the thread's
+    #: open group, ``commit_group`` closes it, ``wait_group N`` retires every committed
+    #: group but the newest ``N``); ``"mbarrier"`` (TMA load) when a wait on the mbarrier
+    #: ``completes_on`` observes its phase; ``None`` for synchronous accesses and other copies
+    async_domain: str | None = None
+    #: the mbarrier buffer a TMA load completes on
+    completes_on: Any = None
+    #: single-assignment local scalars (``wg = tx // 128``) whose loads indices may use,
+    #: with their values (:func:`tilewave.analysis.local_scalars.single_assignment_scalars`)
+    scalars: Mapping[Any, Any] | None = field(default=None, repr=False)
+    #: an access to an mbarrier object itself: ``"init"`` (a write: other threads may use
+    #: the mbarrier only after a barrier) or ``"use"`` (arrive, wait, TMA ``complete_tx``:
+    #: atomic, never in conflict with each other)
+    mbarrier_access: str | None = None
+    #: not ordered with the issuing thread's own accesses by program order: a
+    #: warp-collective access (``ldmatrix``/``stmatrix``: the lane that gives the address
+    #: is not the lane whose registers the data moves through) or one the async proxy
+    #: makes (a TMA's ``complete_tx`` on its mbarrier)
     collective: bool = False
 
     @functools.cached_property
@@ -180,7 +202,23 @@ class SharedAccess:
         """The indices with ``Bind`` variables replaced by their values."""
         if self.indices is None:
             return None
-        return tuple(self.scope.resolve(i) for i in self.indices)
+        return tuple(self._forward(self.scope.resolve(i)) for i in self.indices)
+
+    def _forward(self, expr: Any) -> Any:
+        if not self.scalars:
+            return expr
+        return ScalarForwarder(dict(self.scalars)).visit(expr)
+
+    @property
+    def async_group(self) -> bool:
+        """True for a ``cp.async`` copy (completes through cp.async commit/wait groups)."""
+        return self.async_domain == "cp.async"
+
+    @property
+    def is_async(self) -> bool:
+        """True when the access completes after it issues (async copies, wgmma operand
+        reads, TMA stores)."""
+        return self.kind is AccessKind.ASYNC_WRITE or self.async_domain is not None
 
     @functools.cached_property
     def loop_set(self) -> frozenset[Any]:
@@ -199,7 +237,7 @@ class SharedAccess:
         """The analysable conditions that hold when the access runs, values substituted."""
         out = []
         for cond, holds in self.scope.conditions:
-            resolved = self.scope.resolve(cond)
+            resolved = self._forward(self.scope.resolve(cond))
             if analysable(resolved):
                 out.append(resolved if holds else tirx.Not(resolved))
         return tuple(out)
@@ -229,6 +267,8 @@ class SyncKind(enum.Enum):
     ASYNC_WAIT = "async_wait"  # wait for this thread's outstanding async copies
     ASYNC_WAIT_BARRIER = "async_wait_barrier"  # both (an mbarrier phase wait on a TMA)
     ASYNC_COMMIT = "async_commit"  # close the thread's open group of async copies
+    MBAR_ARRIVE = "mbarrier_arrive"  # arrive on an mbarrier (point to point, any threads)
+    MBAR_WAIT = "mbarrier_wait"  # wait for an mbarrier phase (point to point, any threads)
 
 
 @dataclass(frozen=True)
@@ -242,6 +282,10 @@ class SyncAction:
     groups: bool = False
     #: for ASYNC_WAIT: the open group is committed first (``cp.async.wait_all``)
     commits: bool = False
+    #: for ASYNC_COMMIT / group waits: the unit whose groups it counts
+    domain: str = "cp.async"
+    #: for MBAR_ARRIVE / MBAR_WAIT: the mbarrier buffer
+    barrier: Any = None
 
     @property
     def completes_async(self) -> bool:
@@ -271,6 +315,11 @@ _ARRIVE_ONLY_PREFIXES = (
 )
 _NO_WAIT_COUNT = 1 << 30  # a wait whose count we cannot read: never "all copies done"
 _COMMIT_OPS = frozenset({"tilewave.commit_async_ops", "tirx.ptx.cp_async_commit_group"})
+#: async units with their own commit/wait groups: domain -> (commit op, wait op)
+_GROUP_OPS = {
+    "wgmma": ("tirx.ptx.wgmma_commit_group", "tirx.ptx.wgmma_wait_group"),
+    "bulk": ("tirx.ptx.cp_async_bulk_commit_group", "tirx.ptx.cp_async_bulk_wait_group"),
+}
 #: async copies that complete through cp.async commit/wait groups
 _GROUP_COPY_PREFIXES = ("tirx.ptx.cp_async_ca", "tirx.ptx.cp_async_cg", "tirx.s_tir.cp_async_raw")
 
@@ -302,6 +351,19 @@ def sync_action(stmt: Any) -> SyncAction | None:
         return SyncAction(SyncKind.ASYNC_WAIT, 0, groups=True, commits=True)
     if name in _COMMIT_OPS:
         return SyncAction(SyncKind.ASYNC_COMMIT)
+    for domain, (commit, wait) in _GROUP_OPS.items():
+        if name == commit:
+            return SyncAction(SyncKind.ASYNC_COMMIT, domain=domain)
+        if name == wait:
+            count = _int_arg(call, 0, _NO_WAIT_COUNT)
+            return SyncAction(SyncKind.ASYNC_WAIT, count, groups=True, domain=domain)
+    role = mbarrier_role(call)
+    if role is not None:
+        barrier = mbarrier_operand(call)
+        if barrier is None:
+            return None
+        kind = SyncKind.MBAR_WAIT if role == "wait" else SyncKind.MBAR_ARRIVE
+        return SyncAction(kind, barrier=barrier)
     effect = classify_call(call)
     if effect is None:
         return None
@@ -337,8 +399,17 @@ def is_leaf_statement(stmt: Any) -> bool:
 class _AccessCollector(TIRVisitor):
     """Collects accesses of one expression tree in evaluation order (operands first)."""
 
-    def __init__(self, stmt: Any, scope: AccessScope, func_name: str | None) -> None:
+    def __init__(
+        self,
+        stmt: Any,
+        scope: AccessScope,
+        func_name: str | None,
+        descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
+        scalars: Mapping[Any, Any] | None = None,
+    ) -> None:
         self.accesses: list[SharedAccess] = []
+        self._descriptors = descriptors
+        self._scalars = scalars
         self._stmt = stmt
         self._scope = scope
         self._func_name = func_name
@@ -351,14 +422,18 @@ class _AccessCollector(TIRVisitor):
         kind: AccessKind,
         indices: Iterable[Any] | None,
         extra_loop: LoopRange | None = None,
-        async_group: bool = False,
+        async_domain: str | None = None,
         collective: bool = False,
+        completes_on: Any = None,
     ) -> None:
         idx = None if indices is None else tuple(indices)
         loops = self._scope.loops + ((extra_loop,) if extra_loop is not None else ())
-        self.accesses.append(
-            SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope, async_group, collective)
-        )
+        access = SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope)
+        access.async_domain = async_domain
+        access.completes_on = completes_on
+        access.collective = collective
+        access.scalars = self._scalars
+        self.accesses.append(access)
 
     def visit_TensorLoad(self, node: Any) -> None:
         self.generic_visit(node)
@@ -376,24 +451,79 @@ class _AccessCollector(TIRVisitor):
         self._depth -= 1
         if not isinstance(node.op, ir.Op) or node.op.name in _ADDRESS_OPS:
             return
+        name = node.op.name
+        if name.startswith(_WGMMA_MMA) and not name.startswith(_WGMMA_CONTROL):
+            self._wgmma_reads(node)
+            return
+        if name.startswith(_MBARRIER_OPS) or name.startswith(_TMA_LOAD):
+            self._mbarrier_object(node, name)
         buffers = shared_buffers_addressed(node)
         if not buffers:
             return
         if self._depth > 0 and not classify_call(node):
             return
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
-        group = node.op.name.startswith(_GROUP_COPY_PREFIXES)
-        collective = node.op.name.startswith(MATRIX_ROW_OPS)
+        domain = _domain_of(name)
+        collective = name.startswith(MATRIX_ROW_OPS)
+        barrier = mbarrier_operand(node) if name.startswith(_TMA_LOAD) else None
+        destination = tma_load_destination(node)
+        if destination is not None:
+            buffers = [b for b in buffers if b.same_as(destination)]  # not the mbarrier
         for kind in _kinds_of(effect):
             for buffer in buffers:
                 region = copy_region(node, buffer)
                 if region is None:
-                    self.add(buffer, kind, None, async_group=group, collective=collective)
+                    self.add(buffer, kind, None, None, domain, collective, barrier)
                     continue
                 indices, var, count = region
                 zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
                 span = LoopRange(var, 0, count, bounds=(zero, end))
-                self.add(buffer, kind, indices, span, group, collective)
+                self.add(buffer, kind, indices, span, domain, collective, barrier)
+
+    def _mbarrier_object(self, node: ir.expr.Call, name: str) -> None:
+        """The mbarrier an op initialises (a write) or uses (arrive, wait, complete_tx)."""
+        found = mbarrier_element(node)
+        if found is None:
+            return
+        buffer, indices = found
+        init = name.startswith("tirx.ptx.mbarrier_init")
+        # a TMA's complete_tx comes from the async proxy: not ordered after the issuing
+        # thread's own mbarrier.init by program order (fence.mbarrier_init + a barrier is)
+        by_unit = name.startswith(_TMA_LOAD)
+        self.add(
+            buffer, AccessKind.WRITE if init else AccessKind.ATOMIC, indices, collective=by_unit
+        )
+        self.accesses[-1].mbarrier_access = "init" if init else "use"
+
+    def _wgmma_reads(self, node: ir.expr.Call) -> None:
+        """A wgmma reads its shared operands through matrix descriptors."""
+        if not self._descriptors:
+            return
+        for source, rows in wgmma_descriptor_operands(node, self._descriptors):
+            region = descriptor_region(source, rows)
+            if region is None:
+                self.add(source.buffer, AccessKind.READ, None, async_domain="wgmma")
+                continue
+            indices, var, count = region
+            zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
+            span = LoopRange(var, 0, count, bounds=(zero, end))
+            self.add(source.buffer, AccessKind.READ, indices, span, "wgmma")
+
+
+_WGMMA_MMA = "tirx.ptx.wgmma_"
+_MBARRIER_OPS = ("tirx.ptx.mbarrier_", "tirx.cuda.mbarrier_wait")
+_TMA_LOAD = "tirx.ptx.cp_async_bulk_tensor_g2s"
+_WGMMA_CONTROL = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit", "tirx.ptx.wgmma_wait")
+
+
+def _domain_of(name: str) -> str | None:
+    if name.startswith(_GROUP_COPY_PREFIXES):
+        return "cp.async"
+    if name.startswith(_TMA_LOAD):
+        return "mbarrier"
+    if name.startswith(("tirx.ptx.cp_async_bulk_tensor_s2g", "tirx.ptx.cp_async_bulk_s2g")):
+        return "bulk"
+    return None
 
 
 def _kinds_of(effect: OpEffect) -> list[AccessKind]:
@@ -415,10 +545,15 @@ def statement_accesses(
     stmt: Any,
     loops: tuple[LoopRange, ...] | AccessScope = (),
     func_name: str | None = None,
+    descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
+    scalars: Mapping[Any, Any] | None = None,
 ) -> list[SharedAccess]:
     """Shared accesses of one leaf statement (or of an ``if``/``while`` condition), in order.
 
-    ``loops`` is the statement's :class:`AccessScope` (or just its loops).
+    ``loops`` is the statement's :class:`AccessScope` (or just its loops); ``descriptors``
+    (:func:`tilewave.analysis.hopper_ops.descriptor_sources` of the function) lets a
+    ``wgmma`` report the shared tiles it reads through its matrix descriptors; ``scalars``
+    (single-assignment local scalars with their values) are seen through in indices.
 
     For a ``BufferStore`` the loads of the value and indices come first, then the write.
     A call that takes a shared buffer's address is classified through the op table and
@@ -429,7 +564,7 @@ def statement_accesses(
         UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.
     """
     scope = loops if isinstance(loops, AccessScope) else AccessScope(tuple(loops))
-    collector = _AccessCollector(stmt, scope, func_name)
+    collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars)
     if isinstance(stmt, tirx.BufferStore):
         collector.visit(stmt.value)
         collector.visit(stmt.indices)

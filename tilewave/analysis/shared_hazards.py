@@ -33,6 +33,8 @@ from typing import Any
 
 from tvm import tirx
 
+from tilewave.analysis.hopper_ops import descriptor_sources, mbarrier_wait_loop
+from tilewave.analysis.local_scalars import single_assignment_scalars
 from tilewave.analysis.named_barrier_order import (
     NamedBarrierSplit,
     SplitIf,
@@ -44,7 +46,6 @@ from tilewave.analysis.named_barrier_order import (
 from tilewave.analysis.shared_access import (
     ANY,
     FAR,
-    AccessKind,
     AccessScope,
     LoopRange,
     SharedAccess,
@@ -130,6 +131,9 @@ class _Graph:
         self.uniform: frozenset[Any] = frozenset()
         #: ``For`` statements that occur at several places (not one identifiable loop)
         self.repeated: set[Any] = set()
+        #: wgmma descriptor sources and single-assignment scalars of the function
+        self.descriptors: dict[Any, Any] = {}
+        self.scalars: dict[Any, Any] = {}
         self._func_name = func_name
 
     def new(self, **kwargs: Any) -> int:
@@ -153,10 +157,15 @@ class _Graph:
         if isinstance(stmt, tirx.For):
             return self._build_for(stmt, entry, scope, divergent)
         if isinstance(stmt, tirx.While):
-            return self._build_while(stmt, entry, scope, divergent)
+            wait = mbarrier_wait_loop(stmt)
+            if wait is None:
+                return self._build_while(stmt, entry, scope, divergent)
+            stmt = wait  # a polling loop acts as its mbarrier wait
         if is_leaf_statement(stmt):
             node = self.new(
-                accesses=statement_accesses(stmt, scope, self._func_name),
+                accesses=statement_accesses(
+                    stmt, scope, self._func_name, self.descriptors, self.scalars
+                ),
                 sync=sync_action(stmt),
                 divergent=divergent,
                 stmt=stmt,
@@ -169,7 +178,9 @@ class _Graph:
         self, cond: Any, stmt: Any, entry: int, scope: AccessScope, divergent: bool
     ) -> int:
         node = self.new(
-            accesses=statement_accesses(tirx.Evaluate(cond), scope, self._func_name),
+            accesses=statement_accesses(
+                tirx.Evaluate(cond), scope, self._func_name, self.descriptors, self.scalars
+            ),
             divergent=divergent,
             stmt=stmt,
         )
@@ -271,9 +282,10 @@ class _Search:
         """Conflicting accesses reachable from ``access`` (made at node ``start``) on a
         path that does not order them; ``groups``: cp.async copies complete through
         commit/wait groups (CUDA)."""
-        is_async = access.kind is AccessKind.ASYNC_WRITE
-        # a cp.async copy's group: _OPEN until a commit, then the number of newer groups
-        group = _OPEN if is_async and access.async_group and groups else _NO_GROUP
+        is_async = access.is_async
+        domain = access.async_domain if groups else None
+        # a grouped access's group: _OPEN until a commit, then the number of newer groups
+        group = _OPEN if is_async and domain in _GROUP_DOMAINS else _NO_GROUP
         loops = [lp.loop for lp in access.loops]
         found: list[SharedAccess] = []
         seen: set[tuple[Any, ...]] = set()
@@ -317,7 +329,7 @@ class _Search:
                 )
                 if conflict and not any(other is f for f in found):
                     found.append(other)
-            next_state = self._step(node, signalled, landed, is_async, group)
+            next_state = self._step(node, signalled, landed, is_async, group, access, domain)
             if next_state is None:
                 continue
             for succ in node.succ:
@@ -375,22 +387,40 @@ class _Search:
 
     @staticmethod
     def _step(
-        node: _Node, signalled: frozenset, landed: bool, is_async: bool, group: int
+        node: _Node,
+        signalled: frozenset,
+        landed: bool,
+        is_async: bool,
+        group: int,
+        access: SharedAccess,
+        domain: str | None,
     ) -> tuple[frozenset, bool, int] | None:
         """The state after ``node``, or ``None`` when it orders the access before what
         follows."""
         sync = node.sync
         if sync is None:
             return signalled, landed, group
-        if group != _NO_GROUP and not landed:
+        if group != _NO_GROUP and not landed and sync.domain == domain:
             # commits and group waits are per thread: they count in divergent code too
             if sync.kind is SyncKind.ASYNC_COMMIT or sync.commits:
                 group = 0 if group == _OPEN else min(group + 1, _MAX_NEWER)
             if sync.kind is SyncKind.ASYNC_WAIT and sync.groups and group != _OPEN:
                 landed = group >= sync.arg
+        if sync.kind is SyncKind.MBAR_ARRIVE:
+            # point to point, in any control flow: the arriving threads' completed
+            # accesses are ordered before whoever observes the phase
+            if landed or not is_async:
+                return signalled | {("mbarrier", sync.barrier)}, landed, group
+            return signalled, landed, group
+        if sync.kind is SyncKind.MBAR_WAIT:
+            if domain == "mbarrier" and sync.barrier.same_as(access.completes_on):
+                return None  # the TMA's bytes are counted by the phase the wait observes
+            if ("mbarrier", sync.barrier) in signalled:
+                return None
+            return signalled, landed, group
         if node.divergent:
             return signalled, landed, group
-        if group == _NO_GROUP and sync.completes_async:
+        if group == _NO_GROUP and domain != "mbarrier" and sync.completes_async:
             landed = True
         ordered = landed or not is_async
         if sync.is_full_barrier and ordered:
@@ -402,8 +432,10 @@ class _Search:
         return signalled, landed, group
 
 
-#: a cp.async copy not committed yet; an access that is no group copy
+#: a grouped access not committed yet; an access that is no group member
 _OPEN, _NO_GROUP = -1, -2
+#: async units retired through commit/wait groups
+_GROUP_DOMAINS = frozenset({"cp.async", "wgmma", "bulk"})
 #: newer groups counted at most (fewer only makes a wait look weaker: sound)
 _MAX_NEWER = 8
 #: distances at or above this mark a loop that has exited (distance from its last iteration)
@@ -416,6 +448,8 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     graph = _Graph(list(thread_extents), str(name) if name is not None else None)
     graph.repeated = repeated_loops(func.body)
     graph.uniform = uniform_local_buffers(func)
+    graph.descriptors = descriptor_sources(func.body)
+    graph.scalars = single_assignment_scalars(func)
     entry = graph.new()
     graph.build(func.body, entry, AccessScope(), False)
     block_threads = block_thread_count(thread_tags(func), thread_extents)

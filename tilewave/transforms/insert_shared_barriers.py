@@ -39,11 +39,13 @@ from typing import Any
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.script import tirx as T
 
+from tilewave.analysis.hopper_ops import descriptor_sources, mbarrier_wait_loop
+from tilewave.analysis.local_scalars import single_assignment_scalars
 from tilewave.analysis.shared_access import (
     ANY,
     FAR,
-    AccessKind,
     AccessScope,
     LoopRange,
     SharedAccess,
@@ -89,6 +91,9 @@ _MAX_FIXPOINT_ROUNDS = 32
 
 #: a pending cp.async copy not yet committed to a group (``_Pending.group``)
 OPEN_GROUP = -1
+#: async units with commit/wait groups
+GROUP_DOMAINS = frozenset({"cp.async", "wgmma", "bulk"})
+_MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
 #: committed groups counted after a copy's own; more are counted as this many (a smaller
 #: count only ever makes the pass wait for more, so the cap is sound)
 MAX_NEWER_GROUPS = 8
@@ -103,8 +108,16 @@ class _Pending:
     #: for a cp.async copy not landed: OPEN_GROUP, or how many committed groups are newer
     #: than the copy's group (``wait_group N`` retires it when that count is >= N)
     group: int = 0
-    #: the copy completes through cp.async commit/wait groups (CUDA targets)
-    grouped: bool = False
+    #: how the async access completes (``SharedAccess.async_domain``; None: sync or a
+    #: copy retired by a full ``wait_async_ops(0)``)
+    domain: str | None = None
+    #: the mbarrier a TMA load completes on
+    barrier: Any = None
+
+    @property
+    def grouped(self) -> bool:
+        """Retired through its unit's commit/wait groups."""
+        return self.domain in GROUP_DOMAINS
 
 
 @dataclass(frozen=True)
@@ -202,10 +215,15 @@ class _Barrier:
     """Placeholder for a barrier the pass decided to insert before the next statement.
 
     ``wait``: the ``wait_async_ops`` count to issue first (``None``: no wait); ``commit``:
-    close the open cp.async group before waiting."""
+    close the open cp.async group before waiting; ``unit_waits``: ``(domain, N)`` waits of
+    other async units (wgmma, bulk TMA stores) to issue first."""
 
     wait: int | None = None
     commit: bool = False
+    unit_waits: tuple[tuple[str, int], ...] = ()
+    #: an mbarrier initialised before: ``fence.mbarrier_init`` first, so the
+    #: initialisation is visible to the other threads and the async proxy
+    fence_init: bool = False
 
 
 def _join(p: _Pending, q: _Pending | None) -> _Pending:
@@ -213,7 +231,11 @@ def _join(p: _Pending, q: _Pending | None) -> _Pending:
     if q is None:
         return p
     return _Pending(
-        p.landed and q.landed, p.signalled & q.signalled, min(p.group, q.group), p.grouped
+        p.landed and q.landed,
+        p.signalled & q.signalled,
+        min(p.group, q.group),
+        p.domain,
+        p.barrier,
     )
 
 
@@ -255,9 +277,9 @@ def _around_while(state: _State, depth: int) -> _State:
     return _remap(state, lambda inst, _: inst.around_while(depth))
 
 
-def _committed(p: _Pending) -> _Pending:
-    """``p`` after this thread's ``cp.async.commit_group``."""
-    if p.landed or not p.grouped:
+def _committed(p: _Pending, domain: str = "cp.async") -> _Pending:
+    """``p`` after this thread's ``commit_group`` of ``domain``."""
+    if p.landed or p.domain != domain:
         return p
     return replace(p, group=0 if p.group == OPEN_GROUP else min(p.group + 1, MAX_NEWER_GROUPS))
 
@@ -267,8 +289,15 @@ def _retired(p: _Pending, action: SyncAction) -> bool:
     if p.landed:
         return True
     if p.grouped:
-        return action.groups and p.group != OPEN_GROUP and action.retires_group(p.group)
-    return action.completes_async
+        return (
+            action.groups
+            and action.domain == p.domain
+            and p.group != OPEN_GROUP
+            and action.retires_group(p.group)
+        )
+    if p.domain == "mbarrier":
+        return action.kind is SyncKind.MBAR_WAIT and action.barrier.same_as(p.barrier)
+    return action.completes_async and action.domain == "cp.async"
 
 
 class _Placer:
@@ -281,6 +310,8 @@ class _Placer:
         self._access_cache: dict[Any, list[SharedAccess]] = {}
         self._repeated = repeated_loops(func.body)
         self.uniform = uniform_local_buffers(func)
+        self.descriptors = descriptor_sources(func.body)
+        self.scalars = single_assignment_scalars(func)
         self.target = target
         #: named-barrier ids ``(raw, war)`` of each warp-split ``if`` (reused every round)
         self._named_ids: dict[Any, tuple[int, int | None]] = {}
@@ -296,7 +327,9 @@ class _Placer:
         cached so every fixed-point round sees the same access objects."""
         key = (owner if owner is not None else stmt, owner is not None, scope)
         if key not in self._access_cache:
-            self._access_cache[key] = statement_accesses(stmt, scope, self.func_name)
+            self._access_cache[key] = statement_accesses(
+                stmt, scope, self.func_name, self.descriptors, self.scalars
+            )
         return self._access_cache[key]
 
     def all_accesses(self, stmt: Any, scope: AccessScope) -> list[SharedAccess]:
@@ -351,7 +384,7 @@ class _Placer:
 
     # -- barrier decisions ---------------------------------------------------------------
     def barrier_before(
-        self, new: Iterable[SharedAccess], state: _State
+        self, new: Iterable[SharedAccess], state: _State, strict: bool = True
     ) -> tuple[_Barrier | None, _State]:
         """The barrier ``new`` accesses need after ``state``, and the state after it.
 
@@ -365,28 +398,63 @@ class _Placer:
         if not blocking:
             return None, state
         unlanded = {inst for inst in blocking if not state[inst].landed}
-        in_flight = [inst for inst in state if not state[inst].landed]
+        in_flight = [
+            inst for inst in state if not state[inst].landed and state[inst].domain != "mbarrier"
+        ]
         if in_flight and self._upcoming:
             unlanded |= {
                 inst for a in self._upcoming[-1]() for inst in self.conflicts(a, in_flight)
             }
+        fence_init = any(i.access.mbarrier_access == "init" for i in blocking)
         if not unlanded:
-            return _Barrier(), {i: p for i, p in state.items() if not p.landed}
-        commit = any(state[i].grouped and state[i].group == OPEN_GROUP for i in unlanded)
+            return _Barrier(fence_init=fence_init), {i: p for i, p in state.items() if not p.landed}
+        unfixable = {i for i in unlanded if state[i].domain == "mbarrier"}
+        if unfixable and strict:
+            inst = next(iter(unfixable))
+            raise MalformedKernelError(
+                f"{PASS_NAME}: `{inst.access.describe()}` is written by a TMA load that "
+                f"completes on mbarrier `{state[inst].barrier.name}`, and a later access "
+                "may use it before any wait on that mbarrier "
+                f"{where(self.func_name, inst.access.stmt)}. A barrier cannot make a TMA "
+                "load land: wait on its mbarrier phase (mbarrier.try_wait.parity) before "
+                "using the tile."
+            )
+        unlanded -= unfixable  # a what-if (hoisting): those stay pending for a wait later
+        unit_waits = []
+        for domain in sorted(
+            {state[i].domain for i in unlanded if state[i].grouped} - {"cp.async"}
+        ):
+            own = [state[i].group for i in unlanded if state[i].domain == domain]
+            unit_waits.append((domain, max(min(own), 0)))
+            action = SyncAction(SyncKind.ASYNC_WAIT, unit_waits[-1][1], groups=True, domain=domain)
+            state = {
+                i: _committed(p, domain) if p.group == OPEN_GROUP else p for i, p in state.items()
+            }
+            state = {i: replace(p, landed=_retired(p, action)) for i, p in state.items()}
+        copies = [i for i in unlanded if not state[i].landed]
+        if not copies:
+            kept = {i: p for i, p in state.items() if not p.landed}
+            return _Barrier(unit_waits=tuple(unit_waits), fence_init=fence_init), kept
+        commit = any(state[i].grouped and state[i].group == OPEN_GROUP for i in copies)
         if commit:
             state = {i: _committed(p) for i, p in state.items()}
-        plain = any(not state[i].grouped for i in unlanded)
-        wait = 0 if plain else min(state[i].group for i in unlanded)
+        plain = any(not state[i].grouped for i in copies)
+        wait = 0 if plain else min(state[i].group for i in copies)
         action = SyncAction(SyncKind.ASYNC_WAIT, wait, groups=True)
         kept = {i: p for i, p in state.items() if not _retired(p, action)}
-        return _Barrier(wait, commit), kept
+        return _Barrier(wait, commit, tuple(unit_waits), fence_init), kept
 
     def sync(self, stmt: Any, state: _State, divergent: bool) -> _State | None:
         """Apply an existing synchronisation statement to ``state`` (None: not one)."""
         action = sync_action(stmt)
         if action is None:
             return None
-        per_thread = (SyncKind.ASYNC_WAIT, SyncKind.ASYNC_COMMIT)
+        per_thread = (
+            SyncKind.ASYNC_WAIT,
+            SyncKind.ASYNC_COMMIT,
+            SyncKind.MBAR_ARRIVE,
+            SyncKind.MBAR_WAIT,
+        )
         if divergent and action.kind not in per_thread:
             raise DivergentBarrierError(
                 f"{PASS_NAME}: a barrier sits in thread-divergent control flow "
@@ -394,9 +462,24 @@ class _Placer:
                 "of the thread-dependent `if`/loop."
             )
         if action.kind is SyncKind.ASYNC_COMMIT or action.commits:
-            state = {i: _committed(p) for i, p in state.items()}
+            state = {i: _committed(p, action.domain) for i, p in state.items()}
         if action.kind in (SyncKind.ASYNC_WAIT, SyncKind.ASYNC_WAIT_BARRIER):
             state = {i: replace(p, landed=_retired(p, action)) for i, p in state.items()}
+        if action.kind is SyncKind.MBAR_ARRIVE:
+            # what this thread completed before arriving is ordered before the threads
+            # that observe the phase (the mbarrier's elements are paired by the program)
+            key = ("mbarrier", action.barrier)
+            return {
+                i: replace(p, signalled=p.signalled | {key}) if p.landed else p
+                for i, p in state.items()
+            }
+        if action.kind is SyncKind.MBAR_WAIT:
+            key = ("mbarrier", action.barrier)
+            return {
+                i: p
+                for i, p in state.items()
+                if not (_retired(p, action) and p.domain == "mbarrier") and key not in p.signalled
+            }
         if action.is_full_barrier:
             return {i: p for i, p in state.items() if not p.landed}
         if action.kind is SyncKind.SIGNAL:
@@ -469,9 +552,9 @@ class _Placer:
         divergent: bool,
         owner: Any = None,
     ) -> tuple[list[Any], _State]:
-        after_sync = self.sync(stmt, state, divergent)
-        if after_sync is not None:
-            return [stmt], after_sync
+        action = sync_action(stmt)
+        if action is not None and action.kind not in _MBARRIER_SYNC:
+            return [stmt], self.sync(stmt, state, divergent)
         accesses = self.accesses(stmt, scope, owner)
         self.check_within_statement(stmt, accesses)
         barrier, state = self.barrier_before(accesses, state)
@@ -480,11 +563,20 @@ class _Placer:
         state = dict(state)
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
-            is_async = acc.kind is AccessKind.ASYNC_WRITE
-            grouped = is_async and acc.async_group and self.target.is_cuda
-            new = _Pending(not is_async, frozenset(), OPEN_GROUP if grouped else 0, grouped)
+            is_async = acc.is_async
+            domain = acc.async_domain if self.target.is_cuda else None
+            grouped = is_async and domain in GROUP_DOMAINS
+            new = _Pending(
+                not is_async,
+                frozenset(),
+                OPEN_GROUP if grouped else 0,
+                domain if is_async else None,
+                acc.completes_on,
+            )
             inst = _Instance(acc)
             state[inst] = _join(new, state.get(inst))
+        if action is not None:  # an mbarrier arrive or wait, after its object was checked
+            state = self.sync(stmt, state, divergent)
         return ([barrier] if barrier else []) + [stmt], state
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
@@ -511,9 +603,20 @@ class _Placer:
     def enter_divergent(
         self, stmt: Any, state: _State, scope: AccessScope
     ) -> tuple[list[Any], _State]:
-        """Barrier before a divergent region for conflicts with accesses before it."""
-        barrier, state = self.barrier_before(self.all_accesses(stmt, scope), state)
-        return ([barrier] if barrier else []), state
+        """Barrier before a divergent region for conflicts with accesses before it.
+
+        Accesses that arrived on an mbarrier the region waits on are left to the region:
+        its threads are ordered after them by that wait (a conflict inside the region
+        before the wait is still found there, and raises)."""
+        waited = {
+            ("mbarrier", a.barrier) for a in _sync_actions(stmt) if a.kind is SyncKind.MBAR_WAIT
+        }
+        held = {i: p for i, p in state.items() if p.signalled & waited}
+        rest = {i: p for i, p in state.items() if i not in held}
+        barrier, rest = self.barrier_before(self.all_accesses(stmt, scope), rest)
+        if barrier is not None:
+            return [barrier], {**rest, **{i: p for i, p in held.items() if not p.landed}}
+        return [], state
 
     def visit_if(
         self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
@@ -532,7 +635,9 @@ class _Placer:
         new_stmt, out = self._visit_branches(stmt, state, scope, inner)
         if not inner:
             # a uniform `if`: one barrier before it can replace barriers in its branches
-            barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
+            barrier, hoisted_state = self.barrier_before(
+                self.all_accesses(stmt, scope), state, strict=False
+            )
             if barrier is not None and _sync_cost(new_stmt, stmt)[0] > 0:
                 hoisted_stmt, hoisted_out = self._visit_branches(stmt, hoisted_state, scope, inner)
                 if _sync_cost(hoisted_stmt, stmt)[0] < _sync_cost(new_stmt, stmt)[0]:
@@ -726,10 +831,10 @@ class _Placer:
                 return entry
             return _remap(entry, lambda i, p: i if p.landed else i.entering(loop))
 
-        body, head, out, count = self.fixpoint(
-            stmt.body, enter(state), inner_scope, inner, repeats
+        body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
+        barrier, hoisted_state = self.barrier_before(
+            self.all_accesses(stmt, scope), state, strict=False
         )
-        barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
         if barrier is not None and not inner:
             hoisted = self.fixpoint(stmt.body, enter(hoisted_state), inner_scope, inner, repeats)
             if hoisted[3] < count:
@@ -782,6 +887,11 @@ class _Placer:
         """A ``While`` runs zero or more times: its condition at the head, accesses carried
         over the back edge at any distance; barriers as for a ``For`` (hoisted when that
         saves barriers inside)."""
+        wait = mbarrier_wait_loop(stmt)
+        if wait is not None:
+            # `while not ready: mbarrier.try_wait(...)` runs its wait until the phase is seen
+            items, after = self.visit_leaf(wait, state, scope, divergent)
+            return [*items[:-1], stmt], after
         inner = divergent or self.is_divergent(stmt.condition, scope)
         prefix: list[Any] = []
         if inner and not divergent:
@@ -802,7 +912,9 @@ class _Placer:
         self, stmt: Any, state: _State, scope: AccessScope, inner: bool, prefix: list[Any]
     ) -> tuple[list[Any], _State]:
         body, out, count = self.while_fixpoint(stmt, state, scope, inner)
-        barrier, hoisted_state = self.barrier_before(self.all_accesses(stmt, scope), state)
+        barrier, hoisted_state = self.barrier_before(
+            self.all_accesses(stmt, scope), state, strict=False
+        )
         if barrier is not None and not inner:
             hoisted = self.while_fixpoint(stmt, hoisted_state, scope, inner)
             if hoisted[2] < count:
@@ -855,6 +967,10 @@ class _Placer:
             if not isinstance(item, _Barrier):
                 out.extend(item.seq if isinstance(item, tirx.SeqStmt) else [item])
                 continue
+            for domain, count in item.unit_waits:
+                out.append(_unit_wait(domain, count))
+            if item.fence_init:
+                out.append(tirx.Evaluate(T.ptx.fence.mbarrier_init.release.cluster()))
             if item.commit:
                 out.append(call_op("tilewave.commit_async_ops"))
             if item.wait is not None:
@@ -873,6 +989,13 @@ class _Placer:
         if len(out) == 1:
             return out[0]
         return tirx.SeqStmt(out)
+
+
+def _unit_wait(domain: str, count: int) -> Any:
+    """The wait of an async unit's groups (wgmma, bulk TMA stores)."""
+    if domain == "wgmma":
+        return tirx.Evaluate(T.ptx.wgmma.wait_group.sync.aligned(count))
+    return tirx.Evaluate(T.ptx.cp.async_.bulk.wait_group.read(count))
 
 
 def _after(stmt: Any, scope: AccessScope) -> AccessScope:

@@ -1,0 +1,104 @@
+"""Local scalars assigned once: their value, so shared indices that load them can be read.
+
+TVMScript's plain assignment in a kernel (``wg = tx // 128``, ``lane = tx % 32``) becomes a
+one-element ``local`` buffer stored once and loaded wherever the name is used. Shared
+indices such as ``A_s[stage * 8192 + wg * 4096]`` then contain a *load*, which no
+disjointness proof can see through. :func:`single_assignment_scalars` finds the local
+one-element buffers stored exactly once, at the top level of the kernel body (not in a
+loop or branch), with a value made of constants, thread and block indices, parameters and
+other such scalars, and returns that value for each: a load of the buffer after its store
+equals the value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_buffers import buffer_scope
+from tilewave.ir.walker import TIRMutator, post_order_visit
+
+__all__ = ["ScalarForwarder", "single_assignment_scalars"]
+
+
+def _top_level_stores(body: Any) -> list[Any]:
+    """Stores reached without entering a serial loop, a branch or a ``While``."""
+    out: list[Any] = []
+    stack = [body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, tirx.SeqStmt):
+            stack.extend(reversed(list(node.seq)))
+        elif isinstance(node, tirx.BufferStore):
+            out.append(node)
+        elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+            stack.append(node.body)
+        elif not isinstance(node, (tirx.For, tirx.IfThenElse, tirx.While)):
+            child = getattr(node, "body", None)
+            if isinstance(child, tirx.Stmt):
+                stack.append(child)
+    return out
+
+
+def single_assignment_scalars(func: Any) -> dict[Any, Any]:
+    """Local one-element buffer -> the value of its only (top-level) store."""
+    counts: dict[Any, int] = {}
+
+    def count(node: Any) -> None:
+        if isinstance(node, tirx.BufferStore):
+            counts[node.buffer] = counts.get(node.buffer, 0) + 1
+        elif isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
+            # a buffer whose address is taken may be written through the pointer
+            for arg in node.args:
+                if type(arg).__name__ == "TensorLoad" or (
+                    isinstance(arg, ir.expr.Call)
+                    and getattr(arg.op, "name", "") in ("tirx.address_of", "tirx.buffer_data")
+                ):
+                    inner = arg.args[0] if isinstance(arg, ir.expr.Call) else arg
+                    source = getattr(inner, "source", inner)
+                    counts[source] = counts.get(source, 0) + 2
+
+    post_order_visit(func.body, count)
+    values: dict[Any, Any] = {}
+    for store in _top_level_stores(func.body):
+        buffer = store.buffer
+        shape = buffer.ty.shape
+        if (
+            counts.get(buffer, 0) != 1
+            or buffer_scope(buffer) != "local"
+            or len(shape) != 1
+            or not isinstance(shape[0], tirx.IntImm)
+            or int(shape[0].value) != 1
+        ):
+            continue
+        value = ScalarForwarder(values).visit(store.value)
+        if _loads_memory(value):
+            continue
+        values[buffer] = value
+    return values
+
+
+def _loads_memory(expr: Any) -> bool:
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        if type(node).__name__ == "TensorLoad" or isinstance(node, ir.expr.Call):
+            found = True
+
+    post_order_visit(expr, check)
+    return found
+
+
+class ScalarForwarder(TIRMutator):
+    """Replaces loads of single-assignment scalars by their values."""
+
+    def __init__(self, values: dict[Any, Any]) -> None:
+        self._values = values
+
+    def visit_TensorLoad(self, node: Any) -> Any:
+        for buffer, value in self._values.items():
+            if node.source.same_as(buffer):
+                return value
+        return self.generic_visit(node)
