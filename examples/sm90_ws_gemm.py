@@ -1,7 +1,7 @@
 """A warp-specialised sm_90a fp16 GEMM: one TMA producer warp group, two wgmma consumers.
 
 ``C = A @ B.T`` (A: M x K, B: N x K, fp16 in, fp32 accumulate, fp16 out), the same
-128 x 128 block tile, 128 x 64 stages, descriptors and epilogue as
+128 x 256 block tile, 3-stage ring, descriptors and epilogue as
 ``examples/sm90_tma_wgmma_gemm.py`` (whose macros it reuses), but with 384 threads in
 three roles, chosen by the warp-group index ``tx // 128``:
 
@@ -9,7 +9,7 @@ three roles, chosen by the warp-group index ``tx // 128``:
   waits for a stage's *empty* mbarrier, arms the stage's *full* mbarrier with
   ``expect_tx`` and issues the two TMA loads, :data:`STAGES` stages ahead;
 * warp groups 1 and 2, the consumers (``setmaxnreg.inc 232``): wait on *full*, run four
-  ``wgmma m64n128k16`` on their 64 rows, keep one wgmma group in flight and release the
+  ``wgmma m64n256k16`` on their 64 rows, keep one wgmma group in flight and release the
   previous stage by arriving on its *empty* mbarrier (256 arrivals complete a phase);
   then they write the C tile to shared memory and thread 128 stores it with TMA.
 
@@ -46,17 +46,18 @@ from sm90_tma_wgmma_gemm import (  # the macros read these names at the call sit
     DESC_LEADING,
     DESC_STRIDE,
     DESC_SWIZZLE_128B,
-    GROUP_M,
     STAGE_BYTES,
     STAGES,
     STORE_COLS,
     TMA_LOAD,
     TMA_STORE,
+    WGMMA,
     WGMMA_K,
     K,
     M,
     N,
     kernel_macros,
+    rasterisation,
 )
 
 NAME = "sm90_ws_gemm"
@@ -68,7 +69,7 @@ NVCC_FLAGS = ("-maxrregcount", "168")  # 65536 / 384 rounded down to a multiple 
 
 # Names the shared macros resolve at the call site (imported above, used there only).
 _MACRO_NAMES = (A_TILE, B_TILE, BLOCK_K, DESC_LEADING, DESC_STRIDE, DESC_SWIZZLE_128B,
-                STAGE_BYTES, STORE_COLS, TMA_LOAD, TMA_STORE, WGMMA_K)
+                STAGE_BYTES, STORE_COLS, TMA_LOAD, TMA_STORE, WGMMA, WGMMA_K)
 
 
 def hand(m: int = M, n: int = N, k: int = K) -> Any:
@@ -76,8 +77,7 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
     from tvm.script import tirx as T
 
     k_tiles = k // BLOCK_K
-    n_tiles = n // BLOCK_N
-    blocks = (m // BLOCK_M) * n_tiles
+    blocks, n_tiles, group_m = rasterisation(m, n)
     mac = kernel_macros()
 
     @T.prim_func
@@ -97,9 +97,9 @@ def hand(m: int = M, n: int = N, k: int = K) -> Any:
                 desc_b = T.alloc_buffer((1,), "uint64", scope="local")
                 ready = T.alloc_buffer((1,), "uint32", scope="local")
                 packed = T.alloc_buffer((1,), "uint32", scope="local")
-                group = bx // (GROUP_M * n_tiles)
-                bm = group * GROUP_M + bx % GROUP_M
-                bn = bx % (GROUP_M * n_tiles) // GROUP_M
+                group = bx // (group_m * n_tiles)
+                bm = group * group_m + bx % group_m
+                bn = bx % (group_m * n_tiles) // group_m
                 wg = tx // 128
                 lane = tx % 32
                 if tx == 0:

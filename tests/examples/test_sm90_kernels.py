@@ -26,7 +26,7 @@ from tilewave.transforms.shared_layout import shared_layout
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BENCHMARK = EXAMPLES.parent / "benchmarks" / "real_kernels_sm90.py"
-SMALL = (256, 256, 512)  # 8 K steps: the 4-stage ring wraps twice
+SMALL = (256, 256, 512)  # 2 blocks, 8 K steps: the 3-stage ring wraps twice
 HAND_ONLY = ["tilewave.InsertSharedBarriers", "tilewave.InjectFenceProxy"]
 
 
@@ -99,7 +99,7 @@ def test_hand_cuda_has_the_hopper_instructions(name, sources):
     source = sources[name]
     for ptx in ("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
                 "mbarrier.try_wait.parity.shared.b64", "mbarrier.arrive.expect_tx.shared.b64",
-                "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "wgmma.fence.sync.aligned",
+                "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "wgmma.fence.sync.aligned",
                 "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 1",
                 "cvt.rn.f16x2.f32", "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
                 "cp.async.bulk.wait_group.read 0", "fence.proxy.async.shared::cta",
@@ -195,20 +195,21 @@ def test_ptxas_assembles_without_serialising_wgmma(name, sources, ws, tmp_path):
     assert "0 bytes spill stores" in log
 
 
-# tilewave.racecheck executes the lowered kernel (one block, 2 of its K-step ring wraps) and
+# tilewave.racecheck executes the lowered kernel (one block, its stage ring wraps twice) and
 # shares no code with the passes or the verifier. The single-role kernel runs under the
 # "warps" schedule: under lockstep/reverse, thread 0 (the TMA issuer) waits on a stage's
 # mbarrier in a different K step than its warp, which racecheck does not run
 # ("threads of one group use different mbarriers").
 RACECHECK = {"gemm": ["warps"], "ws": ["lockstep"]}
-TMA_BOX_BYTES = {"A_map": 128 * 64 * 2, "B_map": 128 * 64 * 2, "C_map": 128 * 64 * 2}
+TMA_BOX_BYTES = {"A_map": 128 * 64 * 2, "B_map": 256 * 64 * 2, "C_map": 128 * 64 * 2}
+ONE_BLOCK = (128, 256, 512)  # one 128 x 256 tile, 8 K steps: the 3-stage ring wraps twice
 
 
 def _racecheck(module, variant, schedules):
     import tilewave
 
     with tvm.transform.PassContext(disabled_pass=HAND_ONLY):
-        lowered = tilewave.lower(getattr(module, variant)(128, 128, 512), "sm_90a")
+        lowered = tilewave.lower(getattr(module, variant)(*ONE_BLOCK), "sm_90a")
     return tilewave.racecheck(lowered, "sm_90a", blocks=1, schedules=schedules,
                               func_name=f"{module.NAME}_kernel",
                               tensor_map_bytes=TMA_BOX_BYTES)
@@ -224,3 +225,10 @@ def test_stripped_ws_kernel_races_on_the_c_tile_in_racecheck(ws):
     report = _racecheck(ws, "stripped", RACECHECK["ws"])
     kinds = {finding.kind for finding in report.findings}
     assert {"RAW", "PROXY"} <= kinds  # C stores vs the TMA store: no barrier, no fence
+
+
+def test_rasterisation_groups_fit_small_problems_and_reject_partial_tiles(gemm):
+    assert gemm.rasterisation(4096, 4096) == (512, 16, 8)
+    assert gemm.rasterisation(256, 512) == (4, 2, 2)  # fewer row tiles than GROUP_M
+    with pytest.raises(ValueError, match=r"M=200, N=512 must be multiples of 128 and 256"):
+        gemm.rasterisation(200, 512)
