@@ -290,3 +290,21 @@ def named_barrier_setup(A: T.Buffer((256,), "float32")):
         S[tx] = A[tx]
         T.call_llvm_intrin("void", "llvm.amdgcn.s.barrier.leave", T.int16(1))
         A[tx] = S[255 - tx]
+
+
+@T.prim_func
+def accumulate_then_store(A: T.Buffer((8, 256), "float32"), B: T.Buffer((8, 256), "float32")):
+    # the reads feed acc, which a write-only store of B uses before the loop's next barrier:
+    # they are waited for there, so the barrier at the top of the loop needs no wait
+    T.func_attr({"global_symbol": "accumulate_then_store"})
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        acc = T.alloc_buffer((1,), "float32", scope="local")
+        for k in range(8):
+            T.tilewave.lds_barrier()
+            S[tx] = A[k, tx]
+            T.tilewave.lds_barrier()
+            acc[0] = T.float32(0)
+            for j in range(3):
+                acc[0] = acc[0] + S[(tx + j + 1) % 256]
+            B[k, tx] = acc[0]

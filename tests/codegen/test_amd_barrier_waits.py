@@ -112,6 +112,10 @@ def test_read_modify_write_global_keeps_its_wait():
     assert _waits_before_barriers(K.read_modify_write, "gfx942") == [1, 1]
 
 
+def test_reads_feeding_a_write_only_store_through_a_local_need_no_wait():
+    assert _waits_before_barriers(K.accumulate_then_store, "gfx942") == [0, 1]
+
+
 def test_write_in_one_branch_reaches_the_join():
     assert _waits_before_barriers(K.branch_writes, "gfx942") == [1, 1]
 
@@ -188,8 +192,10 @@ def test_new_lowering_assembly_is_clean(func, target):
 
 
 @pytest.mark.parametrize("target", (*GFX9, *GFX12))
-@pytest.mark.parametrize("func", [K.in_loop, K.loop_carried, K.read_modify_write],
-                         ids=lambda f: f.attrs["global_symbol"])
+@pytest.mark.parametrize(
+    "func", [K.in_loop, K.loop_carried, K.read_modify_write, K.accumulate_then_store],
+    ids=lambda f: f.attrs["global_symbol"],
+)
 def test_loop_kernels_reach_no_barrier_with_lds_in_flight(func, target):
     # LLVM unrolls these loops; where it hoists the first iteration's ds_read above its own
     # lgkmcnt(0) for the kernel arguments (read_modify_write), the first copy of the loop's

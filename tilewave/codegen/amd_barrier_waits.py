@@ -18,14 +18,15 @@ nowhere else. A wait is left out where the counter is known to be zero at the ba
 
 * nothing touched LDS since the kernel started, or since the previous barrier's wait (or an
   explicit wait the kernel already has), on any path;
-* every LDS access since then is a read whose value a *write-only global store* needs:
-  ``G[i] = f(S[j])`` where the kernel never reads the global buffer ``G`` nor stores to it
-  under an ``if``, and ``i`` depends on every enclosing loop's variable. The store needs
-  the loaded value in a register, so LLVM (and tilewave's assembly backend) wait for each
-  such read before it, and nothing moves the store past the barrier: LLVM sinks a store to
-  a ``noalias`` buffer across ``s_barrier`` by promoting a loop-invariant location to a
-  register (LICM), by forwarding it to a later load of the location (GVN), or by merging
-  the stores of an ``if``'s two arms into the join (store sinking); a never-read,
+* every LDS access since then is a read whose value a *write-only global store* needs,
+  directly or through local buffers (``acc[0] = acc[0] + S[j]; ...; G[i] = acc[0]``):
+  ``G`` a global buffer the kernel never reads nor stores to under an ``if``, ``i``
+  depending on every enclosing loop's variable. The store needs the loaded value in a
+  register, so LLVM (and tilewave's assembly backend) wait for each such read before it,
+  and nothing moves the store past the barrier: LLVM sinks a store to a ``noalias``
+  buffer across ``s_barrier`` by promoting a loop-invariant location to a register
+  (LICM), by forwarding it to a later load of the location (GVN), or by merging the
+  stores of an ``if``'s two arms into the join (store sinking); a never-read,
   loop-indexed location stored outside ``if`` offers none of these (DSE may delete such a
   store, and then its ``ds_read`` is dead too). A read-modify-write ``B[tx] = B[tx] +
   S[j]`` in a loop is promoted exactly so, leaving the ``ds_read`` in flight at the
@@ -100,7 +101,10 @@ class CounterState:
     """What may be outstanding in the wave at one program point.
 
     Attributes:
-        lds: an LDS operation (``ds_*``) may not have completed.
+        lds: an LDS operation (``ds_*``) may not have completed, and nothing the barrier
+            cannot pass is known to consume it.
+        fed: local buffers holding values of LDS reads that may not have completed (their
+            reads complete before a write-only global store that uses them issues).
         dma: :data:`DMA_NONE` (no LDS DMA in flight), :data:`DMA_BOUNDED` (copies in flight
             that a ``wait_async_ops(n)`` with n > 0 left there on purpose: software
             pipelining) or :data:`DMA_UNWAITED` (a copy no wait has bounded since it issued).
@@ -108,10 +112,17 @@ class CounterState:
 
     lds: bool = False
     dma: int = DMA_NONE
+    fed: frozenset[Any] = frozenset()
 
     def join(self, other: CounterState) -> CounterState:
         """The state after either of two paths."""
-        return CounterState(self.lds or other.lds, max(self.dma, other.dma))
+        return CounterState(self.lds or other.lds, max(self.dma, other.dma),
+                            self.fed | other.fed)
+
+    @property
+    def lds_in_flight(self) -> bool:
+        """Whether the barrier must wait for the LDS counter."""
+        return self.lds or bool(self.fed)
 
 
 def _call_of(stmt: Any) -> ir.expr.Call | None:
@@ -231,40 +242,64 @@ class _WaitPlacer:
         drains = wait_drains(stmt, self.target)
         if drains is not None:
             lds_drained, vm_drained = drains
-            return [stmt], CounterState(state.lds and not lds_drained,
-                                        DMA_NONE if vm_drained else state.dma)
+            if lds_drained:
+                state = CounterState(dma=state.dma)
+            return [stmt], CounterState(state.lds, DMA_NONE if vm_drained else state.dma,
+                                        state.fed)
         if releases_lds(stmt, self.func_name):
             waits = []
             dma = state.dma
             if dma == DMA_UNWAITED:
                 waits.append(tirx.Evaluate(vmem_counter_wait(self.target)))
                 dma = DMA_NONE
-            if state.lds:
+            if state.lds_in_flight:
                 waits.append(tirx.Evaluate(lds_counter_wait(self.target)))
             return [*waits, stmt], CounterState(False, dma)
         action = sync_action(stmt)
         if action is not None and action.kind is SyncKind.ASYNC_WAIT:
             # wait_async_ops(n): the copies it leaves in flight are meant to stay in flight
-            return [stmt], CounterState(state.lds, DMA_NONE if action.arg == 0 else DMA_BOUNDED)
+            return [stmt], CounterState(state.lds, DMA_NONE if action.arg == 0 else DMA_BOUNDED,
+                                        state.fed)
         return [stmt], self.after_accesses(stmt, state)
 
     def after_accesses(self, stmt: Any, state: CounterState) -> CounterState:
         accesses = statement_accesses(stmt, func_name=self.func_name)
-        if not accesses:
-            return state
         dma = DMA_UNWAITED if any(a.kind is AccessKind.ASYNC_WRITE for a in accesses) \
             else state.dma
         lds_ops = [a for a in accesses if a.kind is not AccessKind.ASYNC_WRITE]
-        drained = all(a.kind is AccessKind.READ for a in lds_ops) and (
-            self.consumed_by_write_only_store(stmt)
-        )
-        return CounterState(state.lds or (bool(lds_ops) and not drained), dma)
+        lds = state.lds or any(a.kind is not AccessKind.READ for a in lds_ops)
+        fed_used = self.locals_read(stmt) & state.fed
+        if not lds_ops and not fed_used:
+            return CounterState(lds, dma, state.fed)
+        # the statement uses LDS-read values (directly or through a local)
+        if isinstance(stmt, tirx.BufferStore) and str(stmt.buffer.scope()) == "local":
+            return CounterState(lds, dma, state.fed | {stmt.buffer})
+        if self.consumed_by_write_only_store(stmt):
+            return CounterState(lds, dma, state.fed - fed_used)
+        return CounterState(True, dma, state.fed)  # a consumer the barrier may not order
+
+    def locals_read(self, stmt: Any) -> frozenset[Any]:
+        """Local buffers ``stmt`` reads."""
+        found: set[Any] = set()
+
+        def add(node: Any) -> None:
+            if type(node).__name__ == "TensorLoad" and str(node.source.scope()) == "local":
+                found.add(node.source)
+
+        post_order_visit(stmt.value if isinstance(stmt, tirx.BufferStore) else stmt, add)
+        if isinstance(stmt, tirx.BufferStore):
+            post_order_visit(list(stmt.indices), add)
+        return frozenset(found)
 
     def expr_reads(self, exprs: list[Any], state: CounterState) -> CounterState:
-        """A condition or bound that reads LDS leaves the read (conservatively) in flight."""
+        """A condition or bound that reads LDS (or a local fed by it) leaves the read
+        (conservatively) in flight."""
         for expr in exprs:
-            if expr is not None and statement_accesses(tirx.Evaluate(expr)):
-                return CounterState(True, state.dma)
+            if expr is None:
+                continue
+            probe = tirx.Evaluate(expr)
+            if statement_accesses(probe) or self.locals_read(probe) & state.fed:
+                return CounterState(True, state.dma, state.fed)
         return state
 
     # -- compound statements -------------------------------------------------------------
