@@ -297,3 +297,22 @@ def test_generated_kernels_have_no_barrier_with_lds_in_flight(kinds, loop, targe
     # in a loop, LLVM's unrolling can make the first copy of a wait redundant
     if not loop:
         assert findings == []
+
+
+# ---------------------------------------------------------------- every kernel
+
+
+def test_examples_and_benchmarks_reach_no_barrier_with_lds_in_flight():
+    # the whole tree (tests/ too, ~380 kernels, minutes) is `python amd_kernel_scan.py`;
+    # CI scans the kernels a user would copy
+    import amd_kernel_scan
+
+    kernels = amd_kernel_scan.collect_kernels(("examples", "benchmarks"))
+    result = amd_kernel_scan.scan(kernels)
+    assert len(kernels) >= 10
+    for backend, targets in (("llvm", ("gfx942", "gfx950", "gfx1200", "gfx1201")),
+                             ("asm", ("gfx942", "gfx950"))):
+        for target in targets:
+            assert result.built[(backend, target)] > 0, (backend, target, result.skipped)
+    assert [(label, b, t, f.kind, f.text) for label, b, t, f in result.findings
+            if f.kind != "redundant"] == []
