@@ -19,7 +19,8 @@ from tilewave.targets import get_target
 
 __all__ = ["racecheck"]
 
-DEFAULT_MAX_STEPS = 2_000_000
+DEFAULT_MAX_STEPS = 1_000_000
+DEFAULT_MAX_SECONDS = 300.0
 
 
 def _pick_func(func_or_mod: Any, func_name: str | None) -> tuple[tirx.PrimFunc, str]:
@@ -113,6 +114,7 @@ def racecheck(
     func_name: str | None = None,
     tensor_map_bytes: Mapping[str, int] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    max_seconds: float = DEFAULT_MAX_SECONDS,
     seed: int = 0,
 ) -> Report:
     """Execute ``blocks`` thread blocks of a lowered kernel and report races and deadlocks.
@@ -130,7 +132,8 @@ def racecheck(
             ``"random:<seed>"``); each runs the blocks from fresh memory.
         tensor_map_bytes: TMA tensor-map parameter name -> box size in bytes; without it a
             TMA copy is taken to cover its shared buffer from its address to the end.
-        max_steps: stop a schedule after this many instructions (a livelock guard).
+        max_steps, max_seconds: stop a block after this many instruction steps or seconds
+            and report ``step-limit`` (a guard against kernels that loop forever).
         seed: seed of the default argument values.
 
     Returns:
@@ -183,7 +186,7 @@ def racecheck(
         report.blocks = len(indices)
         for index in indices:
             run = BlockRun(program, globals_, scalars, memory, index, schedule, info,
-                           dict(tensor_map_bytes or {}), max_steps)
+                           dict(tensor_map_bytes or {}), max_steps, max_seconds)
             for finding in run.run():
                 _merge(report, finding, seen)
             report.steps += run.steps

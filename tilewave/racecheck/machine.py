@@ -10,6 +10,7 @@ have not finished, the block is deadlocked.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,7 +75,8 @@ class BlockRun:
 
     def __init__(self, program: Program, globals_: dict[Any, int], scalars: dict[Any, int],
                  memory: Memory, block_index: dict[str, int], schedule: Schedule,
-                 target: Any, tensor_map_bytes: dict[str, int], max_steps: int) -> None:
+                 target: Any, tensor_map_bytes: dict[str, int], max_steps: int,
+                 max_seconds: float = float("inf")) -> None:
         from tilewave.racecheck import semantics  # the op table needs BlockRun
 
         self.program = program
@@ -86,6 +88,7 @@ class BlockRun:
         self.block_index = block_index
         self.tensor_map_bytes = tensor_map_bytes
         self.max_steps = max_steps
+        self.max_seconds = max_seconds
         self.actors = Actors(self.n)
         self.clocks = Clocks(self.actors)
         self.env: dict[Any, np.ndarray] = {}
@@ -117,14 +120,18 @@ class BlockRun:
     def run(self) -> list[Finding]:
         """Run the block to completion or deadlock; return its findings."""
         instrs = self.program.instrs
+        deadline = time.monotonic() + self.max_seconds
         while True:
             runnable = np.nonzero(self.state == RUNNABLE)[0]
             if runnable.size == 0:
                 break
-            if self.steps >= self.max_steps:
+            if self.steps >= self.max_steps or (self.steps % 256 == 0
+                                                and time.monotonic() > deadline):
+                stmt = instrs[int(self.pc[runnable[0]])].stmt
                 self._report(("step-limit",), Finding(
-                    "step-limit", f"stopped after {self.max_steps} steps (a livelock, or raise "
-                    "max_steps)", schedule=self.schedule.name))
+                    "step-limit", f"stopped after {self.steps} steps: the kernel may loop "
+                    "forever (raise max_steps / max_seconds if it does not)",
+                    statements=(statement_text(stmt),), schedule=self.schedule.name))
                 return list(self.findings.values())
             threads = self.schedule.pick(runnable, self.pc[runnable])
             pc = int(self.pc[threads[0]])

@@ -21,6 +21,8 @@ from tilewave.errors import MalformedKernelError, where
 
 __all__ = ["Instr", "Launch", "Program", "compile_program"]
 
+_LOOP_EXITS = {"tirx.break_loop": 0, "tirx.continue_loop": 1}
+
 
 @dataclass
 class Instr:
@@ -105,7 +107,15 @@ class _Compiler:
         self.emit(Instr("exec", stmt=node))
 
     s_BufferStore = _leaf
-    s_Evaluate = _leaf
+
+    def s_Evaluate(self, node: tirx.Evaluate) -> None:
+        call = node.value
+        name = call.op.name if isinstance(call, ir.expr.Call) and isinstance(call.op, ir.Op) else ""
+        if name in _LOOP_EXITS:  # TVM's lowered `break` / `continue`
+            self._loop_exit(node, _LOOP_EXITS[name])
+        else:
+            self._leaf(node)
+
     s_AllocBuffer = _leaf
     s_DeclBuffer = _leaf
     s_AssertStmt = _leaf

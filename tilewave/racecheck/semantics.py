@@ -403,12 +403,11 @@ def _amd_loadcnt(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 
 # ---------------------------------------------------------------- bulk copies / TMA
-def _bulk_range(run: Any, threads: np.ndarray, node: Any, nbytes: int | None) -> tuple[Any, int,
-                                                                                      int]:
+def _bulk_range(run: Any, threads: np.ndarray, node: Any,
+                nbytes: int | None) -> tuple[Any, np.ndarray, int]:
     storage, offs = _pointer(run, node, threads)
-    offset = int(offs[0])
-    size = storage.nbytes - offset if nbytes is None else nbytes
-    return storage, offset, size
+    size = storage.nbytes - int(offs.max()) if nbytes is None else nbytes
+    return storage, offs, size
 
 
 def _tensor_map_bytes(run: Any, node: Any) -> int | None:
@@ -426,16 +425,15 @@ def _tensor_map_bytes(run: Any, node: Any) -> int | None:
     return found[0] if found else None
 
 
-def _issue_bulk(run: Any, threads: np.ndarray, storage: Any, offset: int, size: int,
-                write: bool) -> list[int]:
-    units = []
-    for thread in threads.tolist():
-        unit = int(run.actors.bulk(thread))
+def _issue_bulk(run: Any, threads: np.ndarray, storage: Any, offset: np.ndarray, size: int,
+                write: bool) -> np.ndarray:
+    """Each of ``threads`` issues one bulk copy of ``size`` bytes at its ``offset``."""
+    units = np.asarray(run.actors.bulk(threads), dtype=np.int64)
+    for thread, unit in zip(threads.tolist(), units.tolist(), strict=True):
         run.clocks.inherit(unit, np.asarray([thread]))
-        if storage.is_shared and size > 0:
-            run.touch(storage, np.asarray([thread]), np.asarray([[offset]]), size, write,
-                      actors=np.asarray([unit]), proxy=ASYNC)
-        units.append(unit)
+    if storage.is_shared and size > 0:
+        run.touch(storage, threads, np.asarray(offset, dtype=np.int64).reshape(-1, 1), size,
+                  write, actors=units, proxy=ASYNC)
     return units
 
 

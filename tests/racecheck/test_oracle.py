@@ -1,0 +1,164 @@
+"""racecheck as the passes' oracle.
+
+* Every kernel of the pass tests (InsertSharedBarriers, MultiBuffer, InjectFenceProxy, the
+  named-barrier placement and the CUDA split-barrier lowering) is executed after
+  ``tilewave.lower``: racecheck must find no race, deadlock or bounds error, except a WAW
+  between two threads running *the same statement* (the input writes one location from many
+  threads; no barrier can order a statement with itself).
+* Kernels racecheck cannot judge are listed in ``NOT_EXECUTABLE`` with the reason, and kernels
+  where it finds a real problem in tilewave's output in ``KNOWN_BAD`` (strict xfail: the test
+  fails once they are fixed, so the list stays true).
+* Stripped real kernels (every barrier, wait and commit removed) show their races before
+  tilewave, and are clean after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from example_loader import REPO_ROOT, load_example, load_module
+from tvm import tirx
+
+import tilewave
+from tilewave.errors import TilewaveError
+from tilewave.racecheck import racecheck
+
+TESTS = REPO_ROOT / "tests"
+PASS_TEST_MODULES = (
+    "transforms/test_insert_shared_barriers.py",
+    "transforms/test_insert_shared_barriers_copies.py",
+    "transforms/test_insert_shared_barriers_named.py",
+    "transforms/test_insert_shared_barriers_while.py",
+    "transforms/test_insert_shared_barriers_precision.py",
+    "named_barrier_kernels.py",
+    "transforms/test_multibuffer.py",
+    "transforms/test_inject_fence_proxy.py",
+    "codegen/test_cuda_split_barrier.py",
+)
+SCALARS = {"n": 3, "c": 1}  # values for the kernels' scalar parameters
+SCHEDULES = ("lockstep",)  # the interleaving test covers the other schedules
+MAX_STEPS = 20_000  # every pass test kernel finishes in far fewer
+
+NOT_EXECUTABLE = {
+    "opaque_access_ptr": "calls the opaque extern 'fill_tile' on shared memory",
+    "opaque_access_ptr_fenced": "calls the opaque extern 'fill_tile' on shared memory",
+    "unknown_call": "calls the opaque extern 'log_progress'",
+    "unknown_call_fenced": "calls the opaque extern 'log_progress'",
+    "descriptor_only": "a structural fragment: wgmma m64n8k16 reads a 2 KiB operand through a "
+                       "descriptor onto a 256-byte buffer (out of bounds in the input)",
+    "seed_before": "the same fragment as descriptor_only",
+    "seed_after": "the same fragment as descriptor_only",
+    "stmatrix_then_wgmma": "a fragment: lanes 0-7 of all four warps stmatrix the same rows "
+                           "and wgmma reads an uninitialised descriptor",
+    "stmatrix_then_wgmma_fenced": "the same fragment as stmatrix_then_wgmma",
+    "while_carried": "the input loops forever: `while n > 0` never changes n",
+    "while_carried_fenced": "the input loops forever: `while n > 0` never changes n",
+    "symbolic_trips": "symbolic buffer shapes (needs concrete arrays)",
+    "symbolic_trips_x2": "symbolic buffer shapes (needs concrete arrays)",
+}
+KNOWN_BAD = {
+    "disjoint": "after lowering, StorageRewrite places S2 in S's bytes; S2's stores then race "
+                "with other threads' reads of S (WAR) and S's stores (WAW) with no barrier "
+                "between them - the aliasing bug class of issue 18",
+    "escapes_let": "the cp.async through a let-bound pointer into S[0] is never waited for "
+                   "before thread 31 reads S[0] (RAW left by InsertSharedBarriers)",
+    "in_loop": "the input waits on split barrier 0 at the top of the loop before any thread "
+               "signalled it: it deadlocks on any GPU (the lowering keeps that)",
+    "in_loop_mbarrier": "the expected mbarrier form of in_loop: the same deadlock",
+}
+
+
+def _kernels() -> list[tuple[str, str, tirx.PrimFunc]]:
+    found = []
+    for relative in PASS_TEST_MODULES:
+        module = load_module(TESTS / relative, "oracle_" + Path(relative).stem)
+        for name in sorted(vars(module)):
+            func = getattr(module, name)
+            if isinstance(func, tirx.PrimFunc) and name not in NOT_EXECUTABLE:
+                found.append((Path(relative).stem, name, func))
+    return found
+
+
+KERNELS = _kernels()
+
+
+def _device_kernels(mod):
+    for gv, func in mod.functions.items():
+        target = func.attrs.get("target") if func.attrs is not None else None
+        if target is not None and target.kind.name in ("cuda", "rocm"):
+            yield gv.name_hint, func
+
+
+def unfixable(finding) -> bool:
+    """A WAW of one statement with itself: two threads write the same bytes at once."""
+    return finding.kind == "WAW" and len(set(finding.statements)) == 1
+
+
+def _param(module: str, name: str, func: tirx.PrimFunc):
+    marks = []
+    if name in KNOWN_BAD:
+        marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_BAD[name]))
+    return pytest.param(func, id=f"{module}.{name}", marks=marks)
+
+
+@pytest.mark.parametrize("func", [_param(m, n, f) for m, n, f in KERNELS])
+def test_pass_test_kernel_is_clean_after_tilewave(func: tirx.PrimFunc) -> None:
+    try:
+        lowered = tilewave.lower(func, "sm_90a")
+    except TilewaveError:
+        pytest.skip("tilewave rejects this input (a negative test of the pass)")
+    args = {p.name: v for p in func.params for k, v in SCALARS.items() if p.name == k}
+    for name, kernel in _device_kernels(lowered):
+        report = racecheck(kernel, "sm_90a", args=args, schedules=SCHEDULES, func_name=name,
+                           max_steps=MAX_STEPS)
+        errors = [f for f in report.errors if not unfixable(f)]
+        assert not errors, report.format()
+
+
+# ---------------------------------------------------------------- stripped real kernels
+
+
+def _shared_barrier_variants():
+    example = load_example("shared_barriers_racecheck_h100.py")
+    for kernel_id, func in example.kernels().items():
+        yield kernel_id, example.variants_of(func, kernel_id)
+
+
+@pytest.mark.parametrize("kernel_id", ["reverse", "transpose", "stencil", "loop_tile",
+                                       "warp_specialized"])
+def test_stripped_example_races_and_tilewave_output_is_clean(kernel_id: str) -> None:
+    variants = dict(_shared_barrier_variants())[kernel_id]
+    stripped = racecheck(variants.pop("stripped"), "sm_90a")
+    assert {"RAW", "WAR"} & stripped.kinds(), stripped.format()
+    for name, func in variants.items():
+        for name_, kernel in _device_kernels(tilewave.lower(func, "sm_90a")):
+            report = racecheck(kernel, "sm_90a", func_name=name_)
+            assert report.ok, f"{name}: {report.format()}"
+
+
+def test_stripped_cp_async_gemm_races_and_is_clean_after_tilewave() -> None:
+    gemm = load_example("sm80_gemm.py")
+    hand = gemm.hand(128, 128, 96)  # one block, three k-steps
+    assert racecheck(hand, "sm_90a", schedules=["lockstep"]).ok
+    stripped = gemm.stripped(128, 128, 96)
+    report = racecheck(stripped, "sm_90a", schedules=["lockstep"])
+    assert "RAW" in report.kinds(), report.format()
+    lowered = tilewave.lower(stripped, "sm_90a")
+    for name, kernel in _device_kernels(lowered):
+        after = racecheck(kernel, "sm_90a", schedules=["lockstep"], func_name=name)
+        assert after.ok, after.format()
+
+
+def test_stripped_tma_wgmma_gemm_shows_missing_fence_and_barrier() -> None:
+    gemm = load_example("sm90_tma_wgmma_gemm.py")
+    size = (gemm.BLOCK_M, gemm.BLOCK_N, 3 * gemm.BLOCK_K)  # one block, three k-steps
+    launch = gemm.launch(*size)
+    params = [p.name for p in gemm.hand(*size).params]
+    boxes = {name: spec.box_rows * spec.box_cols * 2
+             for name, spec in zip(params, launch.tensor_maps, strict=True)}
+    hand = racecheck(gemm.hand(*size), "sm_90a", schedules=["lockstep"], tensor_map_bytes=boxes)
+    assert hand.ok, hand.format()
+    stripped = racecheck(gemm.stripped(*size), "sm_90a", schedules=["lockstep"],
+                         tensor_map_bytes=boxes)
+    assert {"PROXY", "RAW"} <= stripped.kinds(), stripped.format()
