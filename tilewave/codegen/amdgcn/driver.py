@@ -27,8 +27,9 @@ from tilewave.codegen.amdgcn.metadata import (
 from tilewave.codegen.amdgcn.peephole import drop_final_exec_restore, fuse, pair_zero_moves
 from tilewave.codegen.amdgcn.regalloc import allocate
 from tilewave.codegen.amdgcn.render import assign, format_body
+from tilewave.codegen.amdgcn.schedule import hoist_loads, wait_before_loops
 from tilewave.codegen.amdgcn.waitcnt import insert_waitcnt
-from tilewave.errors import MalformedKernelError, TargetFeatureError
+from tilewave.errors import MalformedKernelError, RegisterAllocationError, TargetFeatureError
 from tilewave.targets import TargetInfo, get_target
 
 __all__ = [
@@ -122,7 +123,14 @@ def compile_device_func(func: tirx.PrimFunc, target: Any) -> CompiledKernel:
     info = _require_asm_target(target)
     selected = select(func, info)
     fused = drop_final_exec_restore(pair_zero_moves(fuse(selected)))
-    alloc = allocate(fused, {"v": min(ARCH_VGPRS, info.vgprs), "s": info.sgprs})
+    limits = {"v": min(ARCH_VGPRS, info.vgprs), "s": info.sgprs}
+    scheduled = wait_before_loops(hoist_loads(fused))
+    try:
+        alloc = allocate(scheduled, limits)
+        fused = scheduled
+    except RegisterAllocationError:  # hoisted loads live longer: keep the selector's order
+        fused = wait_before_loops(fused)
+        alloc = allocate(fused, limits)
     allocated = assign(fused, alloc)
     final = mitigate_hazards(insert_waitcnt(allocated))
     res = resources(final, alloc.next_free, info)
