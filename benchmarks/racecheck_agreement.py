@@ -246,8 +246,9 @@ def _sanitize(in_dir: Path, slug: str, tool: str) -> tuple[int | None, str]:
     return (int(match.group(1)) if match else None), text[-600:]
 
 
-def run(in_dir: Path, parallel: int = 4) -> int:
-    """Compile, sanitize and print the agreement table."""
+def run(in_dir: Path, parallel: int = 4, results_file: Path | None = None) -> int:
+    """Compile, sanitize and print the agreement table (and save the logs to
+    ``results_file``)."""
     rows = json.loads((in_dir / "manifest.json").read_text())["rows"]
     gpu_rows = [r for r in rows if "error" not in r and not r["needs_tensor_maps"]]
 
@@ -271,6 +272,8 @@ def run(in_dir: Path, parallel: int = 4) -> int:
 
     with ThreadPoolExecutor(parallel) as pool:
         results = dict(pool.map(check, gpu_rows))
+    if results_file is not None:
+        results_file.write_text(json.dumps(results, indent=2) + "\n")
     return print_table(rows, results)
 
 
@@ -315,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--emit", type=Path, help="lower, racecheck and write CUDA sources")
     parser.add_argument("--run", type=Path, help="compile and run under compute-sanitizer")
+    parser.add_argument("--results", type=Path, help="with --run: write the sanitizer logs here")
     parser.add_argument("--launch", nargs=2, metavar=("DIR", "SLUG"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.launch:
@@ -331,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             print("racecheck_agreement: no nvcc / compute-sanitizer here; skipping the GPU "
                   "side (run --run DIR on the H100)")
             return 0
-        return run(args.run)
+        return run(args.run, results_file=args.results)
     return 0
 
 

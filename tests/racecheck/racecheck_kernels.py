@@ -483,3 +483,49 @@ def lds_dma_ok(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
         T.tilewave.wait_async_ops(0)
         T.tilewave.lds_barrier()
         B[tx] = S[127 - tx]
+
+
+# -- inputs racecheck refuses (tests of its error messages) -------------------------------
+
+
+@T.prim_func
+def no_threads(A: T.Buffer((4,), "float32")):
+    for i in range(4):
+        A[i] = T.float32(0)
+
+
+@T.prim_func
+def scalar_param(A: T.Buffer((64,), "float32"), n: T.int32):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        for _i in range(n):
+            A[tx] = A[tx] + T.float32(1)
+
+
+@T.prim_func
+def opaque_shared_call(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        T.call_extern("void", "fill_tile", S.data, 64)
+        A[tx] = S[tx]
+
+
+@T.prim_func
+def tma_tensor_load(A_map: T.handle("tensormap"), B: T.Buffer((4096,), "float16")):
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        S = T.alloc_buffer((4096,), "float16", scope="shared")
+        bar = T.alloc_buffer((1,), "uint64", scope="shared")
+        ready = T.alloc_buffer((1,), "uint32", scope="local")
+        if tx == 0:
+            T.ptx.mbarrier.init.shared.b64(T.address_of(bar[0]), T.uint32(1))
+            T.ptx.fence.mbarrier_init.release.cluster()
+        T.tvm_storage_sync("shared")
+        if tx == 0:
+            T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(bar[0]), T.uint32(8192))
+            T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](
+                T.address_of(S[0]), T.address_of(A_map), 0, 0, T.address_of(bar[0])
+            )
+        ready[0] = T.uint32(0)
+        while ready[0] == T.uint32(0):
+            T.ptx.mbarrier.try_wait.parity.shared.b64(ready[0], T.address_of(bar[0]), T.uint32(0))
+        for i in range(32):
+            B[i * 128 + tx] = S[4095 - i * 128 - tx]
