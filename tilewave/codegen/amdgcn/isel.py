@@ -258,6 +258,11 @@ def split_constant(expr: object) -> tuple[object | None, int]:
     if isinstance(expr, tirx.Sub) and isinstance(expr.b, tirx.IntImm):
         ra, ca = split_constant(expr.a)
         return ra, ca - expr.b.value
+    if isinstance(expr, tirx.Mul) and isinstance(expr.b, tirx.IntImm):
+        # (x + c) * k = x * k + c * k: the constant reaches the offset field
+        ra, ca = split_constant(expr.a)
+        if ca and ra is not None:
+            return tirx.Mul(ra, expr.b), ca * expr.b.value
     return expr, 0
 
 
