@@ -211,3 +211,9 @@ def test_possibly_negative_uniform_index_keeps_its_constant_in_soffset():
     expected = np.zeros(64, np.float32)
     expected[3] = 3
     np.testing.assert_array_equal(b, expected)
+
+
+def test_a_two_sided_bound_is_one_unsigned_compare():
+    # 1 <= i and i < 319: (i - 1) <u 318, one v_cmp instead of two and an s_and
+    text = body(kernels.stencil_1d)
+    assert re.findall(r"v_cmp_\w+", text) == ["v_cmp_gt_u32_e64"]

@@ -206,6 +206,52 @@ def _select_parts(expr: object) -> tuple[object, object, object] | None:
     return None
 
 
+def _conjuncts(cond: object) -> list[object]:
+    """The operands of a tree of ``and``."""
+    if isinstance(cond, tirx.And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _bound(cond: object) -> tuple[object, str, int] | None:
+    """(x, "lo" or "hi", c) when ``cond`` is ``c <= x`` / ``x < c`` (or an equivalent form)
+    of an int32 ``x`` and a constant ``c`` (lo inclusive, hi exclusive)."""
+    forms = {  # (type, constant on the left?) -> (side, adjustment)
+        (tirx.LE, True): ("lo", 0), (tirx.LT, True): ("lo", 1),
+        (tirx.GE, False): ("lo", 0), (tirx.GT, False): ("lo", 1),
+        (tirx.LT, False): ("hi", 0), (tirx.LE, False): ("hi", 1),
+        (tirx.GT, True): ("hi", 0), (tirx.GE, True): ("hi", 1),
+    }
+    if not isinstance(cond, tuple(_CMP)) or isinstance(cond, tirx.EQ | tirx.NE):
+        return None
+    left = _const(cond.a) is not None
+    c = _const(cond.a) if left else _const(cond.b)
+    x = cond.b if left else cond.a
+    if c is None or _const(x) is not None or str(x.ty) != "int32":
+        return None
+    side, adjust = forms[(type(cond), left)]
+    return x, side, c + adjust
+
+
+def _ranges(conds: list[object]) -> tuple[list[tuple[object, int, int]], list[object]]:
+    """Pairs ``lo <= x`` and ``x < hi`` of the same ``x`` among ``conds`` as (x, lo, hi)
+    (lo < hi), and the conditions left over."""
+    ranges, used = [], set()
+    for i, a in enumerate(conds):
+        ba = _bound(a)
+        for j in range(i + 1, len(conds)):
+            bb = _bound(conds[j])
+            if ba is None or bb is None or i in used or j in used or ba[1] == bb[1]:
+                continue
+            if not tvm_ffi.structural_equal(ba[0], bb[0]):
+                continue
+            lo, hi = (ba[2], bb[2]) if ba[1] == "lo" else (bb[2], ba[2])
+            if lo < hi:
+                ranges.append((ba[0], lo, hi))
+                used |= {i, j}
+    return ranges, [c for k, c in enumerate(conds) if k not in used]
+
+
 def _is_abs(cond: object, true: object, false: object) -> bool:
     """``x if 0 <= x else 0 - x`` (TVM's integer ``abs``)."""
     return (isinstance(cond, tirx.LE) and _const(cond.a) == 0
@@ -1301,6 +1347,17 @@ class _Selector(OpSelection):
 
     def lane_mask(self, cond: object) -> VReg:
         """A 64-bit lane mask (SGPR pair) that holds ``cond`` per lane."""
+        if isinstance(cond, tirx.And):
+            ranges, others = _ranges(_conjuncts(cond))
+            if ranges and not all(self.expr_is_uniform(x) for x, _, _ in ranges):
+                masks = [self.range_mask(*r) for r in ranges]
+                masks += [self.lane_mask(c) for c in others]
+                out = masks[0]
+                for m in masks[1:]:
+                    combined = self.vreg("s", 2, 2)
+                    self.emit("s_and_b64", [combined], [out, m])
+                    out = combined
+                return out
         if isinstance(cond, tirx.And | tirx.Or):
             ma, mb = self.lane_mask(cond.a), self.lane_mask(cond.b)
             out = self.vreg("s", 2, 2)
@@ -1320,6 +1377,16 @@ class _Selector(OpSelection):
         opcode = f"v_cmp_{cmp}_{suffix}_e64"
         self.emit(opcode, [out], self.legal_valu(opcode, [a.op, b.op]))
         return out
+
+    def range_mask(self, x: object, lo: int, hi: int) -> VReg:
+        """``lo <= x < hi`` as one unsigned compare: ``x - lo <u hi - lo`` (x below lo wraps
+        to a large unsigned value)."""
+        value = self.expr(x)
+        if lo:
+            value = self.apply("sub", [value, Value(Imm.of_int(lo), "int32")], "int32")
+        width = Imm.of_int(hi - lo)
+        bound = width if width.is_inline else self.constant(width.bits, "s")
+        return self.cmp_mask("v_cmp_gt_u32_e64", bound, value.op)
 
     def llvm_intrin(self, call: ir.expr.Call, hint: Operand | None) -> Value:
         name = callee_name(call)
