@@ -66,7 +66,7 @@ def llvm_kernel_text(asm: str, name: str) -> str:
 
 
 _MODS = re.compile(r"\b(offset|offset0|offset1):(-?\d+|0x[0-9a-fA-F]+)")
-_OPSEL = re.compile(r"\b(op_sel|op_sel_hi):\[([01,]+)\]")
+_OPSEL = re.compile(r"\b(op_sel|op_sel_hi|neg_lo|neg_hi):\[([01,]+)\]")
 
 
 def _mods(ins: Inst) -> dict[str, object]:
@@ -220,7 +220,8 @@ def _ds_write_hi(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
 
 def _packed_f32(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
     """v_pk_{add,mul,fma}_f32 on register pairs; op_sel picks each source's element for the
-    low result, op_sel_hi for the high one (default: low from element 0, high from 1)."""
+    low result, op_sel_hi for the high one (default: low from element 0, high from 1);
+    neg_lo / neg_hi negate a source's element for the low / high result."""
     dst, *srcs = _operands(ins)
     mods = _mods(ins)
     sel = mods.get("op_sel", [0] * len(srcs))
@@ -237,10 +238,12 @@ def _packed_f32(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
             halves.append([value, value])
     fn = {"v_pk_add_f32": lambda a, b: a + b, "v_pk_mul_f32": lambda a, b: a * b,
           "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)}
+    negate = (mods.get("neg_lo", [0] * len(srcs)), mods.get("neg_hi", [0] * len(srcs)))
     r = _reg(dst)
     assert r is not None
     for out, select in enumerate((sel, sel_hi)):
-        args = [h[select[i]] for i, h in enumerate(halves)]
+        args = [-h[select[i]] if negate[out][i] else h[select[i]]
+                for i, h in enumerate(halves)]
         sim.vdst(w, f"v{r[1] + out}", _f32_bits(fn[ins.opcode](*args)))
 
 
