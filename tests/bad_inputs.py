@@ -191,6 +191,24 @@ def extern_on_shared(A: T.Buffer((64,), "float32")):
         A[tx] = S[63 - tx]
 
 
+@T.prim_func
+def dead_branch_buffer(A: T.Buffer((32,), "int32")):
+    T.func_attr({"global_symbol": "dead_branch_buffer"})
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        R = T.alloc_buffer((64,), "int32", scope="shared")
+        if tx < 8:
+            if tx < 16:
+                Q[tx] = A[tx] + 1
+            else:
+                R[tx] = A[tx] + 1
+
+
+def _build_without_storage_rewrite(kernel: tvm.tirx.PrimFunc, target: str) -> object:
+    with tvm.transform.PassContext(config={"tirx.disable_storage_rewrite": True}):
+        return build(kernel, target)
+
+
 def _tvm_compile_without_target() -> object:
     return tvm.compile(odd_even_writes, tir_pipeline="tilewave")
 
@@ -321,6 +339,12 @@ BAD_INPUTS: tuple[BadInput, ...] = (
         errors.UnclassifiedOpError,
         ("'mystery_op'", "tilewave.register_intrinsic('mystery_op'"),
         call=lambda: build(extern_on_shared, "sm_90a"),
+    ),
+    BadInput(
+        "shared buffer used only in a branch that cannot run (StorageRewrite off)",
+        errors.MalformedKernelError,
+        ("shared buffer 'R'", "after TVM's CompactBufferAllocation", "can never run"),
+        call=lambda: _build_without_storage_rewrite(dead_branch_buffer, "sm_90a"),
     ),
     BadInput(
         "`multi_buffer_count=0`",

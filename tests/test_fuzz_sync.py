@@ -62,3 +62,26 @@ def test_aliased_kernel_is_correct_without_storage_rewrite():
 )
 def test_storage_rewrite_alias_is_synchronised():
     check_kernel(ALIASED, "sm_90a", config={})
+
+
+#: Found by benchmarks/fuzz_sync.py (5000 kernels): R is written only in a branch that cannot
+#: run, TVM's CompactBufferAllocation gives it a negative size and its CUDA codegen crashed
+#: ("bad optional access"); tilewave now refuses it with a MalformedKernelError.
+DEAD_BRANCH = """@T.prim_func
+def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        R = T.alloc_buffer((64,), "int32", scope="shared")
+        S = T.alloc_buffer((64,), "int32", scope="shared")
+        if tx < 8:
+            if tx < 16:
+                Q[tx] = A[tx] + 1
+            else:
+                R[tx] = A[tx] + 1
+"""
+
+
+def test_buffer_used_only_in_dead_code_is_refused_not_crashed():
+    outcome = check_kernel(DEAD_BRANCH, "sm_90a")
+    assert outcome.error == "MalformedKernelError"

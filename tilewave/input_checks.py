@@ -90,14 +90,27 @@ def check_shared_sizes_constant(mod: tvm.IRModule) -> None:
 
 
 def check_shared_memory_limit(mod: tvm.IRModule, target: TargetInfo) -> None:
-    """Refuse a kernel whose shared allocations (as lowered) exceed the target's limit.
+    """Refuse a kernel whose shared allocations (as lowered) are empty or exceed the
+    target's limit.
+
+    TVM's ``CompactBufferAllocation`` sizes a buffer from the accesses it can reach; a buffer
+    touched only in code that can never run (``if tx >= 16`` inside ``if tx < 8``) comes out
+    with a size of zero or less, which TVM's code generators then crash on.
 
     Raises:
+        MalformedKernelError: an allocation of zero or negative size.
         SharedMemoryLimitError: naming the function, the total, the limit and the largest
             allocation.
     """
     for name, func in _prim_funcs(mod):
         allocations = [a for a in shared_allocations(func) if a.nbytes is not None]
+        for empty in (a for a in allocations if (a.nbytes or 0) <= 0):
+            raise MalformedKernelError(
+                f"lower: shared buffer '{empty.name}' {where(name, empty.stmt)} has "
+                f"{empty.nbytes} bytes after TVM's CompactBufferAllocation: every access to it "
+                "sits in code that can never run (e.g. an `if` whose condition contradicts an "
+                "enclosing one). Remove that dead code or the buffer."
+            )
         total = sum(a.nbytes or 0 for a in allocations)
         if total <= target.shared_memory_bytes:
             continue
