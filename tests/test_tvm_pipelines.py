@@ -97,3 +97,20 @@ def test_readme_first_usage_example_runs_and_prints_the_barrier(tmp_path):
     )
     kernel = run.stdout[run.stdout.rindex("__global__") :]
     assert kernel.count("__syncthreads()") == 1
+
+
+@T.prim_func
+def wide_reverse(A: T.Buffer((512,), "float32"), B: T.Buffer((512,), "float32")):
+    T.func_attr({"global_symbol": "wide_reverse"})
+    for tx in T.thread_binding(512, thread="threadIdx.x"):
+        S = T.alloc_buffer((512,), "float32", scope="shared")
+        S[tx] = A[tx]
+        B[tx] = S[511 - tx]
+
+
+def test_tvm_compile_refuses_rocm_blocks_the_offline_codegen_cannot_launch():
+    from tilewave.errors import TargetFeatureError
+
+    with pytest.raises(TargetFeatureError, match="'wide_reverse_kernel' runs 512 threads"):
+        _compile_source(wide_reverse, "gfx942")
+    assert "__syncthreads()" in _compile_source(wide_reverse, "sm_90a")[1]

@@ -30,6 +30,7 @@ from tvm.s_tir import pipeline as s_tir_pipeline
 from tvm.tirx import compilation_pipeline
 
 from tilewave.errors import UnknownTargetError, where
+from tilewave.input_checks import check_rocm_block_size
 from tilewave.pipeline import (
     LowerOptions,
     Stage,
@@ -122,7 +123,10 @@ def tilewave_pipeline() -> PipelineTriple:
 
     @tvm.transform.module_pass(opt_level=0, name="tilewave.pipeline")
     def _lower(mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        return lower(mod, bound_target(mod, TILEWAVE_PIPELINE))
+        info = bound_target(mod, TILEWAVE_PIPELINE)
+        lowered = lower(mod, info)
+        check_rocm_block_size(lowered, info)  # as tilewave.build does before codegen
+        return lowered
 
     return _lower, _finalize_host, _finalize_device
 
@@ -189,7 +193,11 @@ def tilewave_tirx_pipeline() -> PipelineTriple:
         passes = tirx_passes(info, dict(ctx.config))
         return run_stages(passes, mod, info, "tilewave.lower")
 
-    return _lower, compilation_pipeline.finalize_host_passes, compilation_pipeline.finalize_device_passes
+    return (
+        _lower,
+        compilation_pipeline.finalize_host_passes,
+        compilation_pipeline.finalize_device_passes,
+    )
 
 
 def register_pipelines() -> None:
