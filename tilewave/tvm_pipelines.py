@@ -30,7 +30,7 @@ from tvm.s_tir import pipeline as s_tir_pipeline
 from tvm.tirx import compilation_pipeline
 
 from tilewave.errors import UnknownTargetError, where
-from tilewave.input_checks import check_rocm_block_size
+from tilewave.input_checks import check_rocm_block_size, check_shared_memory_limit
 from tilewave.pipeline import (
     LowerOptions,
     Stage,
@@ -191,7 +191,10 @@ def tilewave_tirx_pipeline() -> PipelineTriple:
     def _lower(mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         info = bound_target(mod, TILEWAVE_TIRX_PIPELINE)
         passes = tirx_passes(info, dict(ctx.config))
-        return run_stages(passes, mod, info, "tilewave.lower")
+        lowered = run_stages(passes, mod, info, "tilewave.lower")
+        check_shared_memory_limit(lowered, info)
+        check_rocm_block_size(lowered, info)
+        return lowered
 
     return (
         _lower,
