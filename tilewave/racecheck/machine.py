@@ -44,10 +44,16 @@ _SHARED_WINDOW_ALIGN = 1024
 class Blocked(Exception):
     """Raised by an op handler: these threads wait here (their pc does not advance)."""
 
-    def __init__(self, threads: np.ndarray, reason: str) -> None:
+    def __init__(self, threads: np.ndarray, reason: str,
+                 reasons: dict[int, str] | None = None) -> None:
         super().__init__(reason)
         self.threads = threads
         self.reason = reason
+        self.reasons = reasons or {}
+
+    def reason_of(self, thread: int) -> str:
+        """Why ``thread`` waits (threads of one group may wait on different objects)."""
+        return self.reasons.get(thread, self.reason)
 
 
 @dataclass
@@ -142,7 +148,7 @@ class BlockRun:
             except Blocked as blocked:
                 self.state[blocked.threads] = BLOCKED
                 for t in blocked.threads.tolist():
-                    self.blocked_reason[t] = blocked.reason
+                    self.blocked_reason[t] = blocked.reason_of(t)
         self._finish()
         return list(self.findings.values())
 

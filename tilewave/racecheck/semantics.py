@@ -144,6 +144,39 @@ def _mbar_key(run: Any, node: Any, threads: np.ndarray) -> tuple[tuple[int, int]
     return (storage.sid, int(offsets[0])), storage, int(offsets[0])
 
 
+def per_address(operand: str) -> Callable[[Handler], Handler]:
+    """Run a handler once per distinct value of its ``operand`` among the threads.
+
+    Threads at one program counter can be in different loop iterations, so one statement can
+    name a different mbarrier in different threads; each group is handled on its own, and
+    the threads that block carry their own reason (which mbarrier they wait on).
+    """
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def run_groups(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
+            from tilewave.racecheck.machine import Blocked
+
+            values = _value(run, operands(call)[operand][0], threads)
+            distinct = np.unique(values)
+            if distinct.size == 1:
+                return handler(run, call, threads)
+            waiting: list[np.ndarray] = []
+            reasons: dict[int, str] = {}
+            for value in distinct.tolist():
+                group = threads[values == value]
+                try:
+                    handler(run, call, group)
+                except Blocked as blocked:
+                    waiting.append(blocked.threads)
+                    reasons.update({t: blocked.reason_of(t) for t in blocked.threads.tolist()})
+            if waiting:
+                stuck = np.concatenate(waiting)
+                raise Blocked(stuck, reasons[int(stuck[0])], reasons)
+            return 0
+        return run_groups
+    return wrap
+
+
 def _mbar_touch(run: Any, storage: Any, offset: int, threads: np.ndarray, write: bool,
                 atomic: bool) -> None:
     if storage.is_shared:
@@ -245,6 +278,7 @@ def _split_id(run: Any, call: ir.expr.Call, threads: np.ndarray) -> int:
 
 # ---------------------------------------------------------------- mbarriers
 @handles(_PTX + "mbarrier_init")
+@per_address("addr")
 def _mbarrier_init(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     ops = operands(call)
     key, storage, offset = _mbar_key(run, ops["addr"][0], threads)
@@ -254,6 +288,7 @@ def _mbarrier_init(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     return 0
 
 
+@per_address("addr")
 def _mbarrier_arrive(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     ops = operands(call)
     key, storage, offset = _mbar_key(run, ops["addr"][0], threads)
@@ -277,6 +312,7 @@ def _mbarrier_arrive(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     return 0
 
 
+@per_address("addr")
 def _mbarrier_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     from tilewave.racecheck.machine import Blocked
 
@@ -437,6 +473,7 @@ def _issue_bulk(run: Any, threads: np.ndarray, storage: Any, offset: np.ndarray,
     return units
 
 
+@per_address("mbar")
 def _bulk_load(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     """TMA / bulk global->shared: async-proxy writes that complete on the mbarrier."""
     ops = operands(call)
