@@ -283,6 +283,21 @@ def _salu_carry(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
         raise SimulationError(f"unsupported instruction `{ins.line}`")
 
 
+def _bitop3(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
+    """gfx950's v_bitop3_b32 D, A, B, C bitop3:LUT: bit i of D is LUT[(a_i << 2) | (b_i << 1)
+    | c_i]."""
+    dst, a, b, c = _operands(ins)[:4]
+    lut = int(re.search(r"bitop3:(0x[0-9a-fA-F]+|\d+)", ins.line).group(1), 0)
+    va, vb, vc = (sim.vsrc(w, t).astype(np.uint64) for t in (a, b, c))
+    out = np.zeros(LANES, dtype=np.uint64)
+    for index in range(8):
+        if lut >> index & 1:
+            sel = [(v if index >> shift & 1 else ~v) & np.uint64(0xFFFFFFFF)
+                   for v, shift in ((va, 2), (vb, 1), (vc, 0))]
+            out |= sel[0] & sel[1] & sel[2]
+    sim.vdst(w, dst, out.astype(np.uint32))
+
+
 def _sext16(v: int) -> int:
     v &= 0xFFFF
     return v - 0x10000 if v & 0x8000 else v
@@ -328,6 +343,7 @@ _LLVM_HANDLERS = {
     **{op: _fused for op in ("v_fmac_f32_e32", "v_fmamk_f32", "v_add_lshl_u32", "v_and_or_b32",
                              "v_mul_u32_u24_e32")},
     "s_load_dwordx16": _s_load,
+    "v_bitop3_b32": _bitop3,
 }
 assert not set(_LLVM_HANDLERS) & (set(_VALU) - {"v_fmac_f32"}) or True
 assert "s_mov_b32" in _SALU
