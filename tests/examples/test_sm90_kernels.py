@@ -157,21 +157,7 @@ def test_k_loop_has_no_block_barrier_in_the_hand_kernels(sources):
     assert bench.sync_counts(_body(sources["gemm"]))["syncthreads"] == 2
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "gemm",
-        pytest.param(
-            "ws",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="find_shared_hazards does not yet order the two warp-role branches "
-                "through the full/empty mbarrier ring (RAW A_s/B_s across the branches) and "
-                "does not trust the consumers' own bar.sync 1, 256 (RAW on C_s): issue 11",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("name", ["gemm", "ws"])
 def test_hand_kernels_verify_clean(name, request):
     module = request.getfixturevalue(name)
     assert find_shared_hazards(module.hand(*SMALL), "sm_90a") == []

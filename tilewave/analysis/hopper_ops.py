@@ -32,9 +32,11 @@ __all__ = [
     "descriptor_region",
     "descriptor_sources",
     "mbarrier_element",
+    "mbarrier_implications",
     "mbarrier_operand",
     "mbarrier_role",
     "mbarrier_wait_loop",
+    "ring_buffers",
     "tma_load_destination",
     "wgmma_descriptor_operands",
 ]
@@ -90,6 +92,79 @@ def mbarrier_wait_loop(stmt: Any) -> Any:
     if not isinstance(body, tirx.Evaluate) or not isinstance(body.value, ir.expr.Call):
         return None
     return body if mbarrier_role(body.value) == "wait" else None
+
+
+def mbarrier_implications(body: Any) -> dict[Any, set[Any]]:
+    """mbarrier ``X`` -> the mbarriers waited on before an arrive on ``X`` in the same loop
+    body. Whoever observes a phase of ``X`` is ordered after those waits too: in a
+    full/empty ring, a producer that waits on ``empty`` knows the tile it loaded into that
+    stage (completing on ``full``) has landed, since the consumers waited on ``full``
+    before arriving on ``empty``."""
+    implied: dict[Any, set[Any]] = {}
+
+    def actions(stmt: Any) -> list[tuple[str, Any]]:
+        out: list[tuple[str, Any]] = []
+
+        def check(node: Any) -> None:
+            if isinstance(node, ir.expr.Call) and mbarrier_role(node) is not None:
+                barrier = mbarrier_operand(node)
+                if barrier is not None:
+                    out.append((mbarrier_role(node), barrier))
+
+        post_order_visit(stmt, check)
+        return out
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tirx.For):
+            seen: set[Any] = set()
+            for role, barrier in actions(node.body):
+                if role == "wait":
+                    seen.add(barrier)
+                else:
+                    implied.setdefault(barrier, set()).update(seen)
+
+    post_order_visit(body, visit)
+    return implied
+
+
+def _branch_mbarriers(branch: Any) -> tuple[set[Any], set[Any]]:
+    """``(waited, arrived)`` mbarriers of a branch (a TMA load's ``complete_tx`` counts as
+    an arrival on its mbarrier)."""
+    waited: set[Any] = set()
+    arrived: set[Any] = set()
+
+    def check(node: Any) -> None:
+        if not isinstance(node, ir.expr.Call):
+            return
+        role = mbarrier_role(node)
+        if role is not None or callee_name(node).startswith(_TMA_LOAD_PREFIX):
+            barrier = mbarrier_operand(node)
+            if barrier is not None:
+                (waited if role == "wait" else arrived).add(barrier)
+
+    post_order_visit(branch, check)
+    return waited, arrived
+
+
+def ring_buffers(then_case: Any, else_case: Any, accesses: list[Any]) -> set[Any]:
+    """Shared buffers two concurrent branches hand to each other through a ring of
+    mbarriers: one branch's TMA loads of the buffer complete on an mbarrier the other
+    waits on, and each branch arrives on an mbarrier the other waits on (the full/empty
+    rings of warp-specialised kernels). ``accesses``: both branches' shared accesses. The
+    pairing of ring elements and stages is the program's protocol: trusted here, executed
+    by ``tilewave.racecheck``."""
+    if else_case is None:
+        return set()
+    w_then, a_then = _branch_mbarriers(then_case)
+    w_else, a_else = _branch_mbarriers(else_case)
+    if not (a_then & w_else and a_else & w_then):
+        return set()
+    handed = (a_then & w_else) | (a_else & w_then)
+    return {
+        a.buffer
+        for a in accesses
+        if getattr(a, "completes_on", None) is not None and a.completes_on in handed
+    }
 
 
 def mbarrier_operand(call: Any) -> Any:

@@ -62,8 +62,11 @@ from tilewave.ir.walker import post_order_visit
 __all__ = [
     "NamedBarrierSplit",
     "SplitIf",
+    "arrive_barrier_ids",
+    "barrier_id",
     "block_thread_count",
     "counted_barrier_threads",
+    "named_barrier_ids",
     "named_barrier_splits",
     "thread_tags",
     "warp_aligned",
@@ -125,6 +128,31 @@ def counted_barrier_threads(stmt: Any) -> int | None:
     if name.startswith(_ID_OP_PREFIXES) and "_count" in name:
         return -1  # bar.red with a count: argument layout not modelled
     return None
+
+
+def barrier_id(stmt: Any) -> int | None:
+    """The constant id of a named-barrier statement (``None``: not a constant)."""
+    args = list(getattr(getattr(stmt, "value", None), "args", []))
+    return int(args[0].value) if args and isinstance(args[0], tirx.IntImm) else None
+
+
+def arrive_barrier_ids(func: Any) -> set[int | None]:
+    """Named-barrier ids some ``bar.arrive`` names (such a barrier pairs two roles)."""
+    found: set[int | None] = set()
+
+    def check(node: Any) -> None:
+        if isinstance(node, tirx.Evaluate):
+            name = getattr(getattr(node.value, "op", None), "name", "")
+            if name.startswith(("tirx.ptx.bar", "tirx.ptx.barrier")) and "arrive" in name:
+                found.add(barrier_id(node))
+
+    post_order_visit(func.body, check)
+    return found
+
+
+def named_barrier_ids(func: Any) -> set[int]:
+    """The named-barrier ids ``func`` already uses (its own ``bar.sync``/``bar.arrive``)."""
+    return {i for i in _id_uses(func) if i >= 0}
 
 
 def _id_uses(func: Any) -> dict[int, int]:

@@ -33,11 +33,18 @@ from typing import Any
 
 from tvm import tirx
 
-from tilewave.analysis.hopper_ops import descriptor_sources, mbarrier_wait_loop
+from tilewave.analysis.hopper_ops import (
+    descriptor_sources,
+    mbarrier_implications,
+    mbarrier_wait_loop,
+    ring_buffers,
+)
 from tilewave.analysis.local_scalars import single_assignment_scalars
 from tilewave.analysis.named_barrier_order import (
     NamedBarrierSplit,
     SplitIf,
+    arrive_barrier_ids,
+    barrier_id,
     block_thread_count,
     counted_barrier_threads,
     named_barrier_splits,
@@ -61,6 +68,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
 )
 from tilewave.analysis.uniform_locals import uniform_local_buffers
+from tilewave.analysis.warp_roles import role_of
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -104,6 +112,10 @@ class _Node:
     divergent: bool = False
     stmt: Any = None
     succ: list[int] = field(default_factory=list)
+    #: threads of the warp role running the node (None: not whole warps / not divergent)
+    role_threads: int | None = None
+    #: a counted barrier over exactly its warp role's threads
+    role_barrier: bool = False
 
 
 class _Graph:
@@ -112,7 +124,7 @@ class _Graph:
     def __init__(self, thread_vars: list[Any], func_name: str | None) -> None:
         self.nodes: list[_Node] = []
         #: node-id ranges of the two branches of each divergent `if`
-        self.concurrent: list[tuple[range, range]] = []
+        self.concurrent: list[tuple[range, range, set[Any]]] = []
         #: every ``if`` on a thread-dependent condition (for the named-barrier model)
         self.split_ifs: list[SplitIf] = []
         #: ``While`` loops around the statement being built
@@ -134,6 +146,13 @@ class _Graph:
         #: wgmma descriptor sources and single-assignment scalars of the function
         self.descriptors: dict[Any, Any] = {}
         self.scalars: dict[Any, Any] = {}
+        #: mbarrier -> mbarriers its observers are ordered after (full/empty rings)
+        self.implied: dict[Any, set[Any]] = {}
+        #: thread index tags, for the warp role of a counted barrier
+        self.tags: dict[Any, str] = {}
+        #: thread-dependent loops around the statement being built (no warp role there)
+        self.divergent_loops = 0
+        self.extents: dict[Any, int] = {}
         self._func_name = func_name
 
     def new(self, **kwargs: Any) -> int:
@@ -162,13 +181,25 @@ class _Graph:
                 return self._build_while(stmt, entry, scope, divergent)
             stmt = wait  # a polling loop acts as its mbarrier wait
         if is_leaf_statement(stmt):
+            action = sync_action(stmt)
+            role = None
+            if (
+                divergent
+                and not self.divergent_loops
+                and action is not None
+                and action.is_full_barrier
+            ):
+                role = role_of(
+                    scope.conditions, self.tags, self.extents, self.scalars, scope.resolve
+                )
             node = self.new(
                 accesses=statement_accesses(
                     stmt, scope, self._func_name, self.descriptors, self.scalars
                 ),
-                sync=sync_action(stmt),
+                sync=action,
                 divergent=divergent,
                 stmt=stmt,
+                role_threads=role.count if role is not None else None,
             )
             self.edge(entry, node)
             return node
@@ -202,7 +233,12 @@ class _Graph:
         if inner:
             # threads that took different branches run them concurrently
             sides = (range(then_in, else_in), range(else_in, len(self.nodes)))
-            self.concurrent.append(sides)
+            handed = ring_buffers(
+                stmt.then_case,
+                stmt.else_case,
+                [a for i in range(then_in, len(self.nodes)) for a in self.nodes[i].accesses],
+            )
+            self.concurrent.append((*sides, handed))
             self.split_ifs.append(
                 SplitIf(
                     stmt,
@@ -229,7 +265,9 @@ class _Graph:
         body_in = self.new()
         self.edge(cond, body_in)
         self._whiles += 1
+        self.divergent_loops += inner and not divergent
         body_out = self.build(stmt.body, body_in, scope, inner)
+        self.divergent_loops -= inner and not divergent
         self._whiles -= 1
         self.edge(body_out, head)
         self.while_back_edges[(body_out, head)] = len(scope.loops)
@@ -248,7 +286,9 @@ class _Graph:
         self.edge(entry, body_in)
         if loop.loop is not None:
             self.entry_edges[(entry, body_in)] = loop.loop
+        self.divergent_loops += inner and not divergent
         body_out = self.build(stmt.body, body_in, scope.within_loop(loop), inner)
+        self.divergent_loops -= inner and not divergent
         ext = loop.extent
         if ext is None or ext > 1:
             self.edge(body_out, body_in)
@@ -329,7 +369,9 @@ class _Search:
                 )
                 if conflict and not any(other is f for f in found):
                     found.append(other)
-            next_state = self._step(node, signalled, landed, is_async, group, access, domain)
+            next_state = self._step(
+                node, signalled, landed, is_async, group, access, domain, self.graph.implied
+            )
             if next_state is None:
                 continue
             for succ in node.succ:
@@ -394,6 +436,7 @@ class _Search:
         group: int,
         access: SharedAccess,
         domain: str | None,
+        implied: dict[Any, set[Any]],
     ) -> tuple[frozenset, bool, int] | None:
         """The state after ``node``, or ``None`` when it orders the access before what
         follows."""
@@ -413,12 +456,15 @@ class _Search:
                 return signalled | {("mbarrier", sync.barrier)}, landed, group
             return signalled, landed, group
         if sync.kind is SyncKind.MBAR_WAIT:
-            if domain == "mbarrier" and sync.barrier.same_as(access.completes_on):
+            if domain == "mbarrier" and (
+                sync.barrier.same_as(access.completes_on)
+                or access.completes_on in implied.get(sync.barrier, ())
+            ):
                 return None  # the TMA's bytes are counted by the phase the wait observes
             if ("mbarrier", sync.barrier) in signalled:
                 return None
             return signalled, landed, group
-        if node.divergent:
+        if node.divergent and not node.role_barrier:
             return signalled, landed, group
         if group == _NO_GROUP and domain != "mbarrier" and sync.completes_async:
             landed = True
@@ -442,6 +488,13 @@ _MAX_NEWER = 8
 _EXITED = 16
 
 
+def _is_sync(stmt: Any) -> bool:
+    """A ``bar.sync``/``barrier.sync`` (not an arrive)."""
+    value = getattr(stmt, "value", None)
+    name = getattr(getattr(value, "op", None), "name", "")
+    return "sync" in name and "arrive" not in name
+
+
 def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     thread_extents = collect_thread_extents(func)
     name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
@@ -450,15 +503,27 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     graph.uniform = uniform_local_buffers(func)
     graph.descriptors = descriptor_sources(func.body)
     graph.scalars = single_assignment_scalars(func)
+    graph.implied = mbarrier_implications(func.body)
+    graph.tags = thread_tags(func)
+    graph.extents = thread_extents
     entry = graph.new()
     graph.build(func.body, entry, AccessScope(), False)
     block_threads = block_thread_count(thread_tags(func), thread_extents)
+    arrive_ids = arrive_barrier_ids(func)
     for node in graph.nodes:
         threads = counted_barrier_threads(node.stmt)
         if threads is not None and threads != block_threads:
             # a counted barrier (bar.sync(id, n)) releases groups of n threads: only with
-            # n = the whole block is it a full barrier
-            node.sync = None
+            # n = the whole block, or inside a warp role of exactly n threads (a barrier of
+            # that role), does it order accesses
+            if (
+                node.role_threads == threads
+                and _is_sync(node.stmt)
+                and barrier_id(node.stmt) not in arrive_ids
+            ):
+                node.role_barrier = True
+            else:
+                node.sync = None
     return graph, thread_extents
 
 
@@ -509,9 +574,11 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
                 # a path from one branch of a split `if` into the other is a later execution
                 if not named_ordered(access, other, later=True):
                     report(access, other)
-    for then_ids, else_ids in graph.concurrent:
+    for then_ids, else_ids, handed in graph.concurrent:
         for a in (acc for i in then_ids for acc in graph.nodes[i].accesses):
             for b in (acc for i in else_ids for acc in graph.nodes[i].accesses):
+                if a.buffer in handed or b.buffer in handed:
+                    continue  # passed between the branches through their mbarrier ring
                 # other iterations' pairs are found by the search around the back edge
                 if may_conflict(a, b, thread_extents, same_iteration(a, b)) and not (
                     named_ordered(a, b, later=False) or named_ordered(b, a, later=False)

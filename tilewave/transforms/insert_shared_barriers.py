@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -41,8 +41,20 @@ import tvm_ffi
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tilewave.analysis.hopper_ops import descriptor_sources, mbarrier_wait_loop
+from tilewave.analysis.hopper_ops import (
+    descriptor_sources,
+    mbarrier_implications,
+    mbarrier_wait_loop,
+    ring_buffers,
+)
 from tilewave.analysis.local_scalars import single_assignment_scalars
+from tilewave.analysis.named_barrier_order import (
+    arrive_barrier_ids,
+    barrier_id,
+    counted_barrier_threads,
+    named_barrier_ids,
+    thread_tags,
+)
 from tilewave.analysis.shared_access import (
     ANY,
     FAR,
@@ -62,6 +74,7 @@ from tilewave.analysis.shared_access import (
     touches_shared_or_sync,
 )
 from tilewave.analysis.uniform_locals import uniform_local_buffers
+from tilewave.analysis.warp_roles import WarpRole, role_of
 from tilewave.errors import (  # DivergentBarrierError re-exported: it used to live here
     DivergentBarrierError,
     MalformedKernelError,
@@ -224,6 +237,8 @@ class _Barrier:
     #: an mbarrier initialised before: ``fence.mbarrier_init`` first, so the
     #: initialisation is visible to the other threads and the async proxy
     fence_init: bool = False
+    #: ``(id, threads)``: a named barrier over a warp role instead of a block barrier
+    named: tuple[int, int] | None = None
 
 
 def _join(p: _Pending, q: _Pending | None) -> _Pending:
@@ -284,7 +299,7 @@ def _committed(p: _Pending, domain: str = "cp.async") -> _Pending:
     return replace(p, group=0 if p.group == OPEN_GROUP else min(p.group + 1, MAX_NEWER_GROUPS))
 
 
-def _retired(p: _Pending, action: SyncAction) -> bool:
+def _retired(p: _Pending, action: SyncAction, implied: Mapping[Any, set[Any]] = {}) -> bool:
     """Whether the wait ``action`` completes the pending async write for its thread."""
     if p.landed:
         return True
@@ -296,7 +311,9 @@ def _retired(p: _Pending, action: SyncAction) -> bool:
             and action.retires_group(p.group)
         )
     if p.domain == "mbarrier":
-        return action.kind is SyncKind.MBAR_WAIT and action.barrier.same_as(p.barrier)
+        return action.kind is SyncKind.MBAR_WAIT and (
+            action.barrier.same_as(p.barrier) or p.barrier in implied.get(action.barrier, ())
+        )
     return action.completes_async and action.domain == "cp.async"
 
 
@@ -311,6 +328,7 @@ class _Placer:
         self._repeated = repeated_loops(func.body)
         self.uniform = uniform_local_buffers(func)
         self.descriptors = descriptor_sources(func.body)
+        self.implied = mbarrier_implications(func.body)
         self.scalars = single_assignment_scalars(func)
         self.target = target
         #: named-barrier ids ``(raw, war)`` of each warp-split ``if`` (reused every round)
@@ -318,6 +336,13 @@ class _Placer:
         self._loop_depth = 0
         #: accesses of the statements after the one being visited, innermost list last
         self._upcoming: list[Callable[[], list[SharedAccess]]] = []
+        #: warp roles per scope, and the named-barrier id given to each role
+        self.thread_tags = thread_tags(func)
+        self._roles: dict[AccessScope, WarpRole | None] = {}
+        self._divergent_loops = 0
+        self._role_ids: dict[WarpRole, int] = {}
+        self._user_ids = named_barrier_ids(func)
+        self._arrive_ids = arrive_barrier_ids(func)
         #: results of serial loops already visited with the same entry state
         self._loop_memo: dict[Any, tuple[list[Any], _State]] = {}
 
@@ -444,11 +469,22 @@ class _Placer:
         kept = {i: p for i, p in state.items() if not _retired(p, action)}
         return _Barrier(wait, commit, tuple(unit_waits), fence_init), kept
 
-    def sync(self, stmt: Any, state: _State, divergent: bool) -> _State | None:
-        """Apply an existing synchronisation statement to ``state`` (None: not one)."""
+    def sync(
+        self, stmt: Any, state: _State, divergent: bool, scope: AccessScope | None = None
+    ) -> _State | None:
+        """Apply an existing synchronisation statement to ``state`` (None: not one). In a
+        warp role, a counted barrier over exactly the role's threads is a full barrier."""
         action = sync_action(stmt)
         if action is None:
             return None
+        if divergent and action.is_full_barrier and scope is not None:
+            role = self.role(scope)
+            if (
+                role is not None
+                and counted_barrier_threads(stmt) == role.count
+                and barrier_id(stmt) not in self._arrive_ids
+            ):
+                divergent = False  # a barrier over exactly this role's threads
         per_thread = (
             SyncKind.ASYNC_WAIT,
             SyncKind.ASYNC_COMMIT,
@@ -478,7 +514,8 @@ class _Placer:
             return {
                 i: p
                 for i, p in state.items()
-                if not (_retired(p, action) and p.domain == "mbarrier") and key not in p.signalled
+                if not (_retired(p, action, self.implied) and p.domain == "mbarrier")
+                and key not in p.signalled
             }
         if action.is_full_barrier:
             return {i: p for i, p in state.items() if not p.landed}
@@ -554,12 +591,12 @@ class _Placer:
     ) -> tuple[list[Any], _State]:
         action = sync_action(stmt)
         if action is not None and action.kind not in _MBARRIER_SYNC:
-            return [stmt], self.sync(stmt, state, divergent)
+            return [stmt], self.sync(stmt, state, divergent, scope)
         accesses = self.accesses(stmt, scope, owner)
         self.check_within_statement(stmt, accesses)
         barrier, state = self.barrier_before(accesses, state)
         if barrier is not None and divergent:
-            raise self.divergent_error(stmt)
+            barrier = self.in_role(barrier, stmt, scope)
         state = dict(state)
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
@@ -590,6 +627,32 @@ class _Placer:
                         "barrier can go between them. Load the value into a local variable "
                         "in a separate statement first."
                     )
+
+    def role(self, scope: AccessScope) -> WarpRole | None:
+        """The warp role (whole warps) that runs code in ``scope``, on CUDA targets (none
+        inside a loop whose trip count differs between threads)."""
+        if not self.target.is_cuda or self._divergent_loops:
+            return None
+        if scope not in self._roles:
+            self._roles[scope] = role_of(
+                scope.conditions, self.thread_tags, self.thread_extents, self.scalars, scope.resolve
+            )
+        return self._roles[scope]
+
+    def in_role(self, barrier: _Barrier, stmt: Any, scope: AccessScope) -> _Barrier:
+        """``barrier`` as a named barrier over the warp role running ``stmt`` (a block
+        barrier would deadlock there); raises when the threads are not whole warps."""
+        role = self.role(scope)
+        if role is None or barrier.fence_init:
+            raise self.divergent_error(stmt)
+        if role not in self._role_ids:
+            used = [i for pair in self._named_ids.values() for i in pair if i is not None]
+            used += list(self._role_ids.values()) + list(self._user_ids)
+            first = max(used, default=0) + 1
+            if first >= MAX_NAMED_BARRIERS:
+                raise self.divergent_error(stmt)
+            self._role_ids[role] = first
+        return replace(barrier, named=(self._role_ids[role], role.count))
 
     def divergent_error(self, stmt: Any) -> DivergentBarrierError:
         return DivergentBarrierError(
@@ -630,6 +693,11 @@ class _Placer:
                 return named
             prefix, state = self.enter_divergent(stmt, state, scope)
             self.check_branches_apart(stmt, scope)
+        elif inner and self.role(scope) is not None:
+            # a branch inside a warp role: what it needs from before, a barrier over the
+            # role's threads gives
+            prefix, state = self.enter_divergent(stmt, state, scope)
+            prefix = [self.in_role(b, stmt, scope) for b in prefix]
         cond_items, state = self.visit_leaf(cond_stmt, state, scope, divergent, owner=stmt)
         prefix += [i for i in cond_items if isinstance(i, _Barrier)]
         new_stmt, out = self._visit_branches(stmt, state, scope, inner)
@@ -667,11 +735,13 @@ class _Placer:
             return []
         then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
         else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
+        ring = _mbarrier_ring(stmt, then_acc, else_acc)
         return [
             (a, b)
             for a in then_acc
             for b in else_acc
-            if may_conflict(a, b, self.thread_extents, same_iteration(a, b))
+            if not (a.buffer in ring or b.buffer in ring)
+            and may_conflict(a, b, self.thread_extents, same_iteration(a, b))
         ]
 
     def visit_warp_split(
@@ -782,8 +852,11 @@ class _Placer:
             return
         then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
         else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
+        ring = _mbarrier_ring(stmt, then_acc, else_acc)
         for a in then_acc:
             for b in else_acc:
+                if a.buffer in ring or b.buffer in ring:
+                    continue  # handed between the branches through their mbarrier ring
                 # other iterations are ordered by the loop analysis (barrier before the `if`)
                 if may_conflict(a, b, self.thread_extents, same_iteration(a, b)):
                     raise self.divergent_error(stmt)
@@ -802,10 +875,13 @@ class _Placer:
             items, out = self._loop_memo[key]
             return list(items), out  # callers may insert into the item list
         self._loop_depth += 1
+        loop_divergent = inner and not divergent  # threads run different trip counts
+        self._divergent_loops += loop_divergent
         try:
             result = self._visit_serial_for(stmt, state, scope, divergent, inner_scope, inner)
         finally:
             self._loop_depth -= 1
+            self._divergent_loops -= loop_divergent
         self._loop_memo[key] = (list(result[0]), result[1])
         return result
 
@@ -903,10 +979,13 @@ class _Placer:
                 raise self.divergent_error(stmt)
             prefix.append(barrier)
         self._loop_depth += 1
+        loop_divergent = inner and not divergent
+        self._divergent_loops += loop_divergent
         try:
             return self._visit_while(stmt, state, scope, inner, prefix)
         finally:
             self._loop_depth -= 1
+            self._divergent_loops -= loop_divergent
 
     def _visit_while(
         self, stmt: Any, state: _State, scope: AccessScope, inner: bool, prefix: list[Any]
@@ -971,6 +1050,9 @@ class _Placer:
                 out.append(_unit_wait(domain, count))
             if item.fence_init:
                 out.append(tirx.Evaluate(T.ptx.fence.mbarrier_init.release.cluster()))
+            if item.named is not None:
+                out.append(named_sync(*item.named))
+                continue
             if item.commit:
                 out.append(call_op("tilewave.commit_async_ops"))
             if item.wait is not None:
@@ -989,6 +1071,10 @@ class _Placer:
         if len(out) == 1:
             return out[0]
         return tirx.SeqStmt(out)
+
+
+def _mbarrier_ring(stmt: Any, then_acc: list[Any], else_acc: list[Any]) -> set[Any]:
+    return ring_buffers(stmt.then_case, stmt.else_case, then_acc + else_acc)
 
 
 def _unit_wait(domain: str, count: int) -> Any:

@@ -1,0 +1,93 @@
+"""Warp roles: the threads a thread-dependent branch runs, when they are whole warps.
+
+A warp-specialised kernel splits its block by the warp-group index (``wg = tx // 128``;
+``if wg == 0: producer else: consumers``). Inside one role, a barrier over exactly that
+role's threads — a named barrier ``bar.sync id, n`` with ``n`` the role's thread count —
+orders the role's accesses without stopping the other roles (a ``__syncthreads`` there
+would deadlock). :func:`role_of` evaluates the path conditions of a statement for every
+thread of the block and returns the role when the threads that run it are whole warps.
+
+Conditions that do not mention a thread index (``kt > 0``) are the same for every thread
+and do not change the role; a condition mixing thread indices with other values cannot be
+evaluated here (no role).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tvm import tirx
+
+from tilewave.analysis.local_scalars import ScalarForwarder
+from tilewave.analysis.named_barrier_order import WARP_SIZE, _evaluate, _tag_extents, _Unknown
+
+__all__ = ["WarpRole", "role_of"]
+
+
+@dataclass(frozen=True)
+class WarpRole:
+    """The whole warps that run a statement: their linear thread ids (as a sorted tuple)."""
+
+    threads: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        """How many threads the role has (the named barrier's thread count)."""
+        return len(self.threads)
+
+
+def _terms(cond: Any) -> list[Any]:
+    if isinstance(cond, tirx.And):
+        return _terms(cond.a) + _terms(cond.b)
+    return [cond]
+
+
+def role_of(
+    conditions: tuple[tuple[Any, bool], ...],
+    tags: Mapping[Any, str],
+    extents: Mapping[Any, int],
+    scalars: Mapping[Any, Any] | None = None,
+    resolve: Any = None,
+) -> WarpRole | None:
+    """The warp role that runs under ``conditions`` (``(condition, holds)`` pairs, as in
+    ``AccessScope``), or ``None`` when it is not whole warps or cannot be computed."""
+    per_tag = _tag_extents(dict(tags), dict(extents))
+    if per_tag is None:
+        return None
+    ex, ey, ez = (per_tag.get(f"threadIdx.{axis}", 1) for axis in "xyz")
+    total = ex * ey * ez
+    if total % WARP_SIZE:
+        return None
+    linear = np.arange(total, dtype=np.int64)
+    by_tag = {
+        "threadIdx.x": linear % ex,
+        "threadIdx.y": (linear // ex) % ey,
+        "threadIdx.z": linear // (ex * ey),
+    }
+    env = {var: by_tag[tag] for var, tag in tags.items() if tag in by_tag}
+    forward = ScalarForwarder(dict(scalars or {}))
+    mask = np.ones(total, bool)
+    for cond, holds in conditions:
+        expr = forward.visit(resolve(cond) if resolve is not None else cond)
+        free = tirx.analysis.undefined_vars(expr, [])
+        if not any(any(v.same_as(t) for t in tags) for v in free):
+            continue  # the same for every thread
+        terms = _terms(expr) if holds else [expr]
+        value = np.ones(total, bool)
+        for term in terms:
+            term_free = tirx.analysis.undefined_vars(term, [])
+            if not any(any(v.same_as(t) for t in tags) for v in term_free):
+                continue
+            try:
+                part = np.broadcast_to(np.asarray(_evaluate(term, env)), (total,)).astype(bool)
+            except _Unknown:
+                return None
+            value &= part
+        mask &= value if holds else ~value
+    warps = mask.reshape(-1, WARP_SIZE)
+    if not np.all(warps == warps[:, :1]) or not mask.any():
+        return None
+    return WarpRole(tuple(int(t) for t in np.flatnonzero(mask)))
