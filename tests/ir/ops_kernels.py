@@ -10,6 +10,7 @@ def uses_every_tilewave_op(A: T.Buffer((64,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "float32", scope="shared")
         S[tx] = A[tx]
+        T.tilewave.commit_async_ops()
         T.tilewave.wait_async_ops(0)
         T.tilewave.lds_barrier()
         T.tilewave.barrier_signal(0)
