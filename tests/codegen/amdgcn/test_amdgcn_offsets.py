@@ -18,6 +18,7 @@ import tilewave  # noqa: F401
 from tilewave.codegen import amdgcn
 
 sys.path.insert(0, str(Path(__file__).parent))
+import kernels
 from isa_simulator import simulate
 
 rng = np.random.default_rng(77)
@@ -55,20 +56,7 @@ def test_1d_three_point_stencil_with_negative_halo_offsets(n, shift):
     np.testing.assert_allclose(b, ref, rtol=1e-6, atol=1e-6)
 
 
-H, W = 32, 48  # 2 x 3 tiles of 16 x 16
-
-
-@T.prim_func
-def laplacian_2d(A: T.Buffer((H, W), "float32"), B: T.Buffer((H, W), "float32")):
-    for by in T.thread_binding(H // 16, thread="blockIdx.y"):
-        for bx in T.thread_binding(W // 16, thread="blockIdx.x"):
-            for ty in T.thread_binding(16, thread="threadIdx.y"):
-                for tx in T.thread_binding(16, thread="threadIdx.x"):
-                    y = T.meta_var(by * 16 + ty)
-                    x = T.meta_var(bx * 16 + tx)
-                    if 1 <= y and y < H - 1 and 1 <= x and x < W - 1:
-                        B[y, x] = (A[y - 1, x] + A[y + 1, x] + A[y, x - 1] + A[y, x + 1]
-                                   - T.float32(4) * A[y, x])
+H, W = kernels.LAP_H, kernels.LAP_W  # 2 x 3 tiles of 16 x 16
 
 
 def _laplacian_ref(a: np.ndarray) -> np.ndarray:
@@ -79,42 +67,17 @@ def _laplacian_ref(a: np.ndarray) -> np.ndarray:
 
 
 def test_2d_five_point_laplacian_reads_the_row_above_each_tile():
+    # A[y - 1, x] of the first row of a tile: the per-lane part ty * W - W is negative
     a = rng.standard_normal((H, W)).astype(np.float32)
     b = np.zeros((H, W), np.float32)
-    run(laplacian_2d, [a, b], (W // 16, H // 16, 1), (16, 16, 1))
+    run(kernels.laplacian_2d, [a, b], (W // 16, H // 16, 1), (16, 16, 1))
     np.testing.assert_allclose(b, _laplacian_ref(a), rtol=1e-5, atol=1e-5)
-
-
-@T.prim_func
-def laplacian_2d_lds(A: T.Buffer((H, W), "float32"), B: T.Buffer((H, W), "float32")):
-    # the tile and its one-element halo staged through LDS; halo loads clamp nothing, they
-    # are guarded, so lanes at the tile's edge read A at offsets -1 / -W from their own
-    for by in T.thread_binding(H // 16, thread="blockIdx.y"):
-        for bx in T.thread_binding(W // 16, thread="blockIdx.x"):
-            for ty in T.thread_binding(16, thread="threadIdx.y"):
-                for tx in T.thread_binding(16, thread="threadIdx.x"):
-                    S = T.alloc_buffer((18, 18), "float32", scope="shared")
-                    y = T.meta_var(by * 16 + ty)
-                    x = T.meta_var(bx * 16 + tx)
-                    S[ty + 1, tx + 1] = A[y, x]
-                    if tx == 0 and x >= 1:
-                        S[ty + 1, 0] = A[y, x - 1]
-                    if tx == 15 and x < W - 1:
-                        S[ty + 1, 17] = A[y, x + 1]
-                    if ty == 0 and y >= 1:
-                        S[0, tx + 1] = A[y - 1, x]
-                    if ty == 15 and y < H - 1:
-                        S[17, tx + 1] = A[y + 1, x]
-                    T.tilewave.lds_barrier()
-                    if 1 <= y and y < H - 1 and 1 <= x and x < W - 1:
-                        B[y, x] = (S[ty, tx + 1] + S[ty + 2, tx + 1] + S[ty + 1, tx]
-                                   + S[ty + 1, tx + 2] - T.float32(4) * S[ty + 1, tx + 1])
 
 
 def test_2d_halo_staged_through_lds():
     a = rng.standard_normal((H, W)).astype(np.float32)
     b = np.zeros((H, W), np.float32)
-    run(laplacian_2d_lds, [a, b], (W // 16, H // 16, 1), (16, 16, 1))
+    run(kernels.laplacian_2d_lds, [a, b], (W // 16, H // 16, 1), (16, 16, 1))
     np.testing.assert_allclose(b, _laplacian_ref(a), rtol=1e-5, atol=1e-5)
 
 
