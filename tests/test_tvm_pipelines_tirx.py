@@ -73,3 +73,30 @@ def test_tilewave_tirx_without_a_gpu_target_names_the_fix():
     kernel = load_example("tirx_transpose.py").stripped()
     with pytest.raises(UnknownTargetError, match="tir_pipeline='tilewave-tirx'"):
         tvm.compile(kernel, tir_pipeline=TILEWAVE_TIRX_PIPELINE)
+
+
+def test_hopper_tma_wgmma_gemm_gets_the_hand_versions_barriers_and_fences():
+    """The TMA + wgmma GEMM (CPU only: no GPU run): the stripped kernel through
+    tilewave-tirx has as many barriers, proxy fences and mbarrier-init fences as the hand
+    one. Building at all means the barrier stage's output verified clean (its invariant)."""
+    import re
+
+    gemm = load_example("tirx_tma_wgmma_gemm.py")
+    kinds = {
+        "barriers": r"__syncthreads\(\);|tvm_builtin_cuda_cta_sync\(\);",
+        "proxy fences": r"fence_proxy\w*\(\);",
+        "mbarrier-init fences": r"fence_mbarrier_init\w*\(\);",
+    }
+    counts = {}
+    for variant, func, pipeline in (
+        ("hand", gemm.hand, "tirx"),
+        ("stripped", gemm.stripped(), "tirx"),
+        ("tilewave", gemm.stripped(), TILEWAVE_TIRX_PIPELINE),
+    ):
+        source = DRIVER._compile(func, pipeline)[0]
+        body = source[source.rindex("__global__") :]
+        counts[variant] = {kind: len(re.findall(p, body)) for kind, p in kinds.items()}
+    assert counts["stripped"] == {kind: 0 for kind in kinds}
+    assert counts["hand"] == {"barriers": 2, "proxy fences": 1, "mbarrier-init fences": 1}
+    for kind in kinds:
+        assert 1 <= counts["tilewave"][kind] <= counts["hand"][kind], counts
