@@ -12,7 +12,9 @@ that, for every kernel,
   which shares no placement logic with the pass) must find nothing; a hazard left behind is
   reported as a tilewave bug with both statements, instead of returning a racy kernel.
 
-The cost is two verifier runs per kernel ("cheap mode": no execution, no enumeration).
+The cost ("cheap mode": no execution, no enumeration) is one verifier run per kernel after
+the pass, plus one before it for kernels with shared writes in both arms of a
+thread-dependent ``if`` (a syntactic filter finds those).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import tvm
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_access import AccessKind, SharedAccess, is_thread_dependent
+from tilewave.analysis.shared_buffers import is_shared_buffer
 from tilewave.analysis.shared_hazards import HazardKind, SharedHazard, find_shared_hazards
 from tilewave.errors import UnfixableHazardError, where
 from tilewave.ir.walker import post_order_visit
@@ -60,10 +63,44 @@ def _opposite_arm_condition(first: SharedAccess, second: SharedAccess) -> Any | 
     return None
 
 
+def _writes_shared(stmt: Any) -> bool:
+    found = False
+
+    def visit(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, tirx.BufferStore) and is_shared_buffer(node.buffer):
+            found = True
+
+    post_order_visit(stmt, visit)
+    return found
+
+
+def _has_two_arm_shared_writes(func: tirx.PrimFunc, thread_vars: list[Any]) -> bool:
+    # A syntactic pre-filter, so the verifier only runs on kernels that can have the pattern.
+    found = False
+
+    def visit(node: Any) -> None:
+        nonlocal found
+        if (
+            not found
+            and isinstance(node, tirx.IfThenElse)
+            and node.else_case is not None
+            and is_thread_dependent(node.condition, thread_vars)
+            and _writes_shared(node.then_case)
+            and _writes_shared(node.else_case)
+        ):
+            found = True
+
+    post_order_visit(func.body, visit)
+    return found
+
+
 def concurrent_arm_writes(func: tirx.PrimFunc) -> list[tuple[SharedHazard, Any]]:
     """Write/write hazards between the two arms of one thread-dependent ``if``, with the
     condition: pairs that run concurrently and that no barrier can order."""
     thread_vars = _thread_vars(func)
+    if not _has_two_arm_shared_writes(func, thread_vars):
+        return []
     found = []
     for hazard in find_shared_hazards(func):
         if hazard.kind is not HazardKind.WAW:
