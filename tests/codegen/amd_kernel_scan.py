@@ -125,6 +125,8 @@ def _in_child(func: tirx.PrimFunc, target: str) -> list[tuple[str, object]]:
     pid = os.fork()
     if pid == 0:  # child
         os.close(read_end)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)  # LLVM's abort message and the fault handler's dump
         try:
             with contextlib.redirect_stderr(io.StringIO()):
                 payload = pickle.dumps(_check_one(func, target))
