@@ -13,6 +13,7 @@ created inside test functions are not seen. Run as a script for the table::
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import os
 import pickle
@@ -125,8 +126,9 @@ def _in_child(func: tirx.PrimFunc, target: str) -> list[tuple[str, object]]:
     pid = os.fork()
     if pid == 0:  # child
         os.close(read_end)
+        faulthandler.disable()  # pytest's handler writes an abort's dump to its own stderr
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)  # LLVM's abort message and the fault handler's dump
+        os.dup2(devnull, 2)  # LLVM's abort message
         try:
             with contextlib.redirect_stderr(io.StringIO()):
                 payload = pickle.dumps(_check_one(func, target))
