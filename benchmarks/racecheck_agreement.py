@@ -192,11 +192,13 @@ def emit(out_dir: Path) -> dict:
             "needs_tensor_maps": bool(case.tensor_map_bytes),
         })
         row.update(_launch_facts(kernel))
+        out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"{slug}.cu").write_text(source)
         rows.append(row)
         print(f"{case.kernel:22s} {case.variant:18s} {row['racecheck_kinds']} "
               f"{row['racecheck_seconds']}s", flush=True)
     manifest = {"rows": rows}
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
