@@ -65,6 +65,7 @@ __all__ = [
     "arrive_barrier_ids",
     "barrier_id",
     "block_thread_count",
+    "block_thread_values",
     "counted_barrier_threads",
     "named_barrier_ids",
     "named_barrier_splits",
@@ -300,23 +301,34 @@ def _evaluate(expr: Any, env: dict[Any, Any]) -> Any:
     return value
 
 
-def warp_aligned(condition: Any, tags: dict[Any, str], extents: dict[Any, int]) -> bool:
-    """Whether ``condition`` depends on the thread indices only and is the same for the 32
-    threads of every warp (computed for every thread of the block)."""
+def block_thread_values(
+    tags: dict[Any, str], extents: dict[Any, int]
+) -> tuple[int, dict[Any, np.ndarray]] | None:
+    """``(threads, {thread var: its value for each linear thread id})`` for a block of whole
+    warps, or ``None`` (unknown extents, or not a whole number of warps)."""
     per_tag = _tag_extents(tags, extents)
     if per_tag is None:
-        return False
+        return None
     ex, ey, ez = (per_tag.get(f"threadIdx.{axis}", 1) for axis in "xyz")
     total = ex * ey * ez
     if total % WARP_SIZE:
-        return False
+        return None
     linear = np.arange(total, dtype=np.int64)
     by_tag = {
         "threadIdx.x": linear % ex,
         "threadIdx.y": (linear // ex) % ey,
         "threadIdx.z": linear // (ex * ey),
     }
-    env = {var: by_tag[tag] for var, tag in tags.items() if tag in by_tag}
+    return total, {var: by_tag[tag] for var, tag in tags.items() if tag in by_tag}
+
+
+def warp_aligned(condition: Any, tags: dict[Any, str], extents: dict[Any, int]) -> bool:
+    """Whether ``condition`` depends on the thread indices only and is the same for the 32
+    threads of every warp (computed for every thread of the block)."""
+    block = block_thread_values(tags, extents)
+    if block is None:
+        return False
+    total, env = block
     try:
         value = np.broadcast_to(np.asarray(_evaluate(condition, env)), (total,)).astype(bool)
     except _Unknown:

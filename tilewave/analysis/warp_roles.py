@@ -22,7 +22,12 @@ import numpy as np
 from tvm import tirx
 
 from tilewave.analysis.local_scalars import ScalarForwarder
-from tilewave.analysis.named_barrier_order import WARP_SIZE, _evaluate, _tag_extents, _Unknown
+from tilewave.analysis.named_barrier_order import (
+    WARP_SIZE,
+    _evaluate,
+    _Unknown,
+    block_thread_values,
+)
 
 __all__ = ["WarpRole", "role_of"]
 
@@ -54,20 +59,10 @@ def role_of(
 ) -> WarpRole | None:
     """The warp role that runs under ``conditions`` (``(condition, holds)`` pairs, as in
     ``AccessScope``), or ``None`` when it is not whole warps or cannot be computed."""
-    per_tag = _tag_extents(dict(tags), dict(extents))
-    if per_tag is None:
+    block = block_thread_values(dict(tags), dict(extents))
+    if block is None:
         return None
-    ex, ey, ez = (per_tag.get(f"threadIdx.{axis}", 1) for axis in "xyz")
-    total = ex * ey * ez
-    if total % WARP_SIZE:
-        return None
-    linear = np.arange(total, dtype=np.int64)
-    by_tag = {
-        "threadIdx.x": linear % ex,
-        "threadIdx.y": (linear // ex) % ey,
-        "threadIdx.z": linear // (ex * ey),
-    }
-    env = {var: by_tag[tag] for var, tag in tags.items() if tag in by_tag}
+    total, env = block
     forward = ScalarForwarder(dict(scalars or {}))
     mask = np.ones(total, bool)
     for cond, holds in conditions:
