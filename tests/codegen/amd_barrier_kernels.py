@@ -308,3 +308,21 @@ def accumulate_then_store(A: T.Buffer((8, 256), "float32"), B: T.Buffer((8, 256)
             for j in range(3):
                 acc[0] = acc[0] + S[(tx + j + 1) % 256]
             B[k, tx] = acc[0]
+
+
+@T.prim_func
+def two_element_local(A: T.Buffer((8, 256), "float32"), B: T.Buffer((8, 256), "float32"),
+                      C: T.Buffer((256,), "float32")):
+    # acc[1]'s read is not consumed by the store of acc[0]: the barrier keeps its wait
+    T.func_attr({"global_symbol": "two_element_local"})
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        acc = T.alloc_buffer((2,), "float32", scope="local")
+        for k in range(8):
+            S[tx] = A[k, tx]
+            T.tilewave.lds_barrier()
+            acc[0] = S[(tx + 1) % 256]
+            acc[1] = S[(tx + 2) % 256]
+            B[k, tx] = acc[0]
+            T.tilewave.lds_barrier()
+        C[tx] = acc[1]

@@ -116,6 +116,10 @@ def test_reads_feeding_a_write_only_store_through_a_local_need_no_wait():
     assert _waits_before_barriers(K.accumulate_then_store, "gfx942") == [0, 1]
 
 
+def test_a_multi_element_local_is_not_tracked_element_by_element():
+    assert _waits_before_barriers(K.two_element_local, "gfx942") == [1, 1]
+
+
 def test_write_in_one_branch_reaches_the_join():
     assert _waits_before_barriers(K.branch_writes, "gfx942") == [1, 1]
 

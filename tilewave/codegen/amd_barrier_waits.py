@@ -103,8 +103,9 @@ class CounterState:
     Attributes:
         lds: an LDS operation (``ds_*``) may not have completed, and nothing the barrier
             cannot pass is known to consume it.
-        fed: local buffers holding values of LDS reads that may not have completed (their
-            reads complete before a write-only global store that uses them issues).
+        fed: one-element local buffers holding values of LDS reads that may not have
+            completed (their reads complete before a write-only global store that uses them
+            issues).
         dma: :data:`DMA_NONE` (no LDS DMA in flight), :data:`DMA_BOUNDED` (copies in flight
             that a ``wait_async_ops(n)`` with n > 0 left there on purpose: software
             pipelining) or :data:`DMA_UNWAITED` (a copy no wait has bounded since it issued).
@@ -203,6 +204,14 @@ class _GlobalUses(TIRVisitor):
 _WHILE = object()  # an enclosing loop without an induction variable
 
 
+def _is_scalar_local(buffer: Any) -> bool:
+    # one element: a read of it is a read of everything stored in it (a register)
+    shape = list(buffer.shape)
+    return str(buffer.scope()) == "local" and all(
+        isinstance(d, tirx.IntImm) and int(d.value) == 1 for d in shape
+    )
+
+
 class _WaitPlacer:
     def __init__(self, target: TargetInfo, func_name: str, body: Any) -> None:
         self.target = target
@@ -272,7 +281,7 @@ class _WaitPlacer:
         if not lds_ops and not fed_used:
             return CounterState(lds, dma, state.fed)
         # the statement uses LDS-read values (directly or through a local)
-        if isinstance(stmt, tirx.BufferStore) and str(stmt.buffer.scope()) == "local":
+        if isinstance(stmt, tirx.BufferStore) and _is_scalar_local(stmt.buffer):
             return CounterState(lds, dma, state.fed | {stmt.buffer})
         if self.consumed_by_write_only_store(stmt):
             return CounterState(lds, dma, state.fed - fed_used)
@@ -283,7 +292,7 @@ class _WaitPlacer:
         found: set[Any] = set()
 
         def add(node: Any) -> None:
-            if type(node).__name__ == "TensorLoad" and str(node.source.scope()) == "local":
+            if type(node).__name__ == "TensorLoad" and _is_scalar_local(node.source):
                 found.add(node.source)
 
         post_order_visit(stmt.value if isinstance(stmt, tirx.BufferStore) else stmt, add)
