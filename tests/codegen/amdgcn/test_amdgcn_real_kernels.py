@@ -115,3 +115,14 @@ def test_runtime_saxpy_edge_sizes(n):
         simulate(compiled("saxpy_runtime").asm, [x, y, n, 0.5], ((n + 63) // 64, 1, 1),
                  (64, 1, 1))
     np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+@pytest.mark.parametrize("name", [*REAL, "saxpy_runtime"])
+def test_real_kernel_assembles_and_links(name, target):
+    from tilewave.codegen.amdgcn.toolchain import find_toolchain
+
+    if find_toolchain(target) is None:
+        pytest.skip(f"no assembler for {target}: install llvm-19 lld-19 or triton==3.6.0")
+    code_object = amdgcn.link(amdgcn.assemble(compiled(name, target).asm, target), target)
+    assert code_object[:4] == b"\x7fELF"
