@@ -211,18 +211,19 @@ def test_stripped_kernel_gets_the_hand_sync_in_its_k_loop(kind):
     assert find_shared_hazards(synced, "sm_90a") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: multibuffering the plain loop drops the WAR barrier but does not "
-    "pipeline it yet (commit then wait_group 0 in the same iteration: no copy overlaps)",
-)
 @pytest.mark.parametrize("kind", sorted(KERNELS))
-def test_plain_kernel_multibuffered_three_ways_overlaps_its_copies(kind):
+@pytest.mark.parametrize("count", [2, 3])
+def test_plain_kernel_multibuffered_and_prefetched_gets_the_hand_schedule(kind, count):
+    from tilewave.transforms.async_prefetch import prefetch_async_copies
     from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
     from tilewave.transforms.multibuffer import multi_buffer
 
-    synced = insert_shared_barriers(multi_buffer(variant(kind, "plain"), count=3), "sm_90a")
-    skeleton = _loop_skeleton(synced)
-    assert skeleton.count("barrier") == 1
+    # the pipeline's order: MultiBuffer, PrefetchAsyncCopies, ..., InsertSharedBarriers
+    pipelined = prefetch_async_copies(multi_buffer(variant(kind, "plain"), count=count))
+    synced = insert_shared_barriers(pipelined, "sm_90a")
+    # per K step: wait_group N - 2 (the copy N - 1 steps ahead stays in flight), one
+    # barrier (no WAR barrier: N stages), the prefetch and its commit, then the compute
+    assert _loop_skeleton(synced)[:4] == [f"wait {count - 2}", "barrier", "IfThenElse",
+                                          "async_commit"]
+    assert _loop_skeleton(synced).count("barrier") == 1
     assert find_shared_hazards(synced, "sm_90a") == []
-    assert [s for s in skeleton if s.startswith("wait")] == ["wait 1"]
