@@ -379,17 +379,28 @@ def _async_copy(run: Any, threads: np.ndarray, dst_node: Any, src_node: Any, siz
     run.cp_async.issued_by(threads)
 
 
-@handles(_PTX + "cp_async_commit_group", "tilewave.commit_async_ops")
-def _cp_commit(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    run.cp_async.commit(threads)
-    return 0
+def _commit_and_wait(groups: str, commits: tuple[str, ...], waits: tuple[str, ...]) -> None:
+    """Register ``commit_group`` / ``wait_group n`` for the run's ``groups`` (an AsyncGroups
+    attribute: ``cp_async``, ``bulk``, ``wgmma``)."""
+
+    def commit(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
+        getattr(run, groups).commit(threads)
+        return 0
+
+    def wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
+        keep = _const(run, call.args[0], threads, "the group count")
+        getattr(run, groups).wait(threads, keep)
+        return 0
+
+    handles(*commits)(commit)
+    handles(*waits)(wait)
 
 
-@handles(_PTX + "cp_async_wait_group", "tilewave.wait_async_ops")
-def _cp_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    keep = _const(run, call.args[0], threads, "the group count")
-    run.cp_async.wait(threads, keep)
-    return 0
+_commit_and_wait("cp_async", (_PTX + "cp_async_commit_group", "tilewave.commit_async_ops"),
+                 (_PTX + "cp_async_wait_group", "tilewave.wait_async_ops"))
+_commit_and_wait("bulk", (_PTX + "cp_async_bulk_commit_group",),
+                 (_PTX + "cp_async_bulk_wait_group",))
+_commit_and_wait("wgmma", (_PTX + "wgmma_commit_group",), (_PTX + "wgmma_wait_group",))
 
 
 @handles(_PTX + "cp_async_wait_all")
@@ -508,18 +519,6 @@ def _bulk_store(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     return 0
 
 
-@handles(_PTX + "cp_async_bulk_commit_group")
-def _bulk_commit(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    run.bulk.commit(threads)
-    return 0
-
-
-@handles(_PTX + "cp_async_bulk_wait_group")
-def _bulk_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    run.bulk.wait(threads, _const(run, call.args[0], threads, "the group count"))
-    return 0
-
-
 # ---------------------------------------------------------------- wgmma (async proxy)
 _ELEMENT_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1,
                   "b1": 1}
@@ -589,18 +588,6 @@ def _wgmma_read(run: Any, unit: int, members: np.ndarray, desc: int, rows: int,
     actors = np.full(offsets.size, unit, dtype=np.int64)
     run.touch(storage, providers, offsets[:, None], 1, False, actors=actors, proxy=ASYNC,
               ok=ok[:, None])
-
-
-@handles(_PTX + "wgmma_commit_group")
-def _wgmma_commit(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    run.wgmma.commit(threads)
-    return 0
-
-
-@handles(_PTX + "wgmma_wait_group")
-def _wgmma_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    run.wgmma.wait(threads, _const(run, call.args[0], threads, "the group count"))
-    return 0
 
 
 @handles("tirx.cuda.wgmma_encode_matrix_descriptor")
