@@ -902,10 +902,10 @@ class _Placer:
         loop = inner_scope.loops[-1].loop
 
         def enter(entry: _State) -> _State:
-            # only copies still in flight need to know which iteration reads them
+            # which iteration of this loop a pending access is compared with
             if loop is None:
                 return entry
-            return _remap(entry, lambda i, p: i if p.landed else i.entering(loop))
+            return _remap(entry, lambda i, _: i.entering(loop))
 
         body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
         barrier, hoisted_state = self.barrier_before(
