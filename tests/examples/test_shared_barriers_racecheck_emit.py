@@ -81,11 +81,11 @@ def test_warp_specialized_kernel_gets_raw_and_war_named_barriers(emitted):
     producer, consumer = loop.split("} else {", 1)
     arrive = "tvm_builtin_ptx_bar_arrive_arrive((uint){}, (uint)256);"
     sync = "tvm_builtin_ptx_bar_sync_count_sync((uint){}, (uint)256);"
-    # producer: store, arrive RAW id 1, sync WAR id 2; consumer: sync 1, read, arrive 2
+    # producer: store, arrive RAW id 1, sync WAR id 2; consumer: sync 1, read, sync 2
     assert producer.index("S_ptr[") < producer.index(arrive.format(1)) < producer.index(
         sync.format(2))
     assert consumer.index(sync.format(1)) < consumer.index("S_ptr[") < consumer.index(
-        arrive.format(2))
+        sync.format(2))
     assert "__syncthreads" not in named
 
 
@@ -125,13 +125,6 @@ def test_hand_arrive_variant_is_the_kernel_as_written(emitted):
     assert "hand-arrive" not in load_example().TILEWAVE_VARIANTS  # shown, not judged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 11 decision: the consumers signal WAR with bar.sync (racecheck-clean); "
-    "InsertSharedBarriers still emits bar.arrive there (insert_shared_barriers.py, the "
-    "consumer's named_arrive(war, n)). Drop this mark when the pass changes, and re-emit "
-    "examples/generated/shared_barriers.",
-)
 def test_consumers_signal_war_with_bar_sync(emitted):
     out, manifest = emitted
     spec = manifest["kernels"]["warp_specialized"]["variants"]

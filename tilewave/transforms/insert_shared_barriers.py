@@ -798,7 +798,7 @@ class _Placer:
         first_c = self.first_touching(consumer, buffers)
         consumer.insert(first_c, named_sync(raw, n))
         if war is not None:
-            consumer.insert(self.last_touching(consumer, buffers) + 1, named_arrive(war, n))
+            consumer.insert(self.last_touching(consumer, buffers) + 1, named_sync(war, n))
             producer.append(named_sync(war, n))
         new_stmt = rebuild(
             stmt,

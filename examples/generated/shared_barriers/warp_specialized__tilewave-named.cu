@@ -72,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float*
     } else {
       tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256);
       acc_ptr[0] = (acc_ptr[0] + (S_ptr[(255 - ((int)threadIdx.x))] * ((float)(k + 1))));
-      tvm_builtin_ptx_bar_arrive_arrive((uint)2, (uint)256);
+      tvm_builtin_ptx_bar_sync_count_sync((uint)2, (uint)256);
     }
   }
   if (128 <= ((int)threadIdx.x)) {
