@@ -88,7 +88,6 @@ from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
 from tilewave.transforms.named_barriers import (
     MAX_NAMED_BARRIERS,
-    named_arrive,
     named_sync,
     strip_named_barriers,
     warp_split,
@@ -794,7 +793,7 @@ class _Placer:
         producer, consumer = (then_items, else_items) if then_writes else (else_items, then_items)
         n = split.threads
         last_p = self.last_touching(producer, buffers)
-        producer.insert(last_p + 1, named_arrive(raw, n))
+        producer.insert(last_p + 1, named_sync(raw, n))
         first_c = self.first_touching(consumer, buffers)
         consumer.insert(first_c, named_sync(raw, n))
         if war is not None:

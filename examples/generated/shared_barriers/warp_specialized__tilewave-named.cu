@@ -56,9 +56,6 @@
 __forceinline__ __device__ void tvm_builtin_ptx_bar_sync_count_sync(uint32_t __a, uint32_t __b) {
   asm volatile("bar.sync %0, %1;" :  : "r"(__a), "r"(__b) : "memory");
 }
-__forceinline__ __device__ void tvm_builtin_ptx_bar_arrive_arrive(uint32_t __a, uint32_t __b) {
-  asm volatile("bar.arrive %0, %1;" :  : "r"(__a), "r"(__b) : "memory");
-}
 extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float* __restrict__ A_ptr, float* __restrict__ B_ptr);
 extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float* __restrict__ A_ptr, float* __restrict__ B_ptr) {
   alignas(64) float acc_ptr[1];
@@ -67,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float*
   for (int k = 0; k < 8; ++k) {
     if (((int)threadIdx.x) < 128) {
       S_ptr[((int)threadIdx.x)] = A_ptr[(((((int)blockIdx.x) * 1024) + (k * 128)) + ((int)threadIdx.x))];
-      tvm_builtin_ptx_bar_arrive_arrive((uint)1, (uint)256);
+      tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256);
       tvm_builtin_ptx_bar_sync_count_sync((uint)2, (uint)256);
     } else {
       tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256);
