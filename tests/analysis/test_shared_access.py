@@ -16,7 +16,6 @@ from tvm.script import tirx as T
 
 from tilewave.analysis.shared_access import (
     ANY,
-    FAR,
     AccessKind,
     AccessScope,
     LoopRange,

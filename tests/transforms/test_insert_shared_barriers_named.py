@@ -2,7 +2,7 @@
 
 import pytest
 import tvm
-from named_barrier_kernels import straight_split, ws_after, ws_before
+from named_barrier_kernels import straight_split, ws_before
 from tvm.script import tirx as T
 
 import tilewave
