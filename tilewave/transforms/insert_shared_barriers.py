@@ -298,8 +298,11 @@ def _committed(p: _Pending, domain: str = "cp.async") -> _Pending:
     return replace(p, group=0 if p.group == OPEN_GROUP else min(p.group + 1, MAX_NEWER_GROUPS))
 
 
-def _retired(p: _Pending, action: SyncAction, implied: Mapping[Any, set[Any]] = {}) -> bool:
-    """Whether the wait ``action`` completes the pending async write for its thread."""
+def _retired(
+    p: _Pending, action: SyncAction, implied: Mapping[Any, set[Any]] | None = None
+) -> bool:
+    """Whether the wait ``action`` completes the pending async access for its thread;
+    ``implied``: :func:`tilewave.analysis.hopper_ops.mbarrier_implications`."""
     if p.landed:
         return True
     if p.grouped:
@@ -311,7 +314,8 @@ def _retired(p: _Pending, action: SyncAction, implied: Mapping[Any, set[Any]] = 
         )
     if p.domain == "mbarrier":
         return action.kind is SyncKind.MBAR_WAIT and (
-            action.barrier.same_as(p.barrier) or p.barrier in implied.get(action.barrier, ())
+            action.barrier.same_as(p.barrier)
+            or p.barrier in (implied or {}).get(action.barrier, ())
         )
     return action.completes_async and action.domain == "cp.async"
 
