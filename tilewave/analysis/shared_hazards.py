@@ -410,7 +410,10 @@ class _Search:
         an exit edge records the distance from the loop's last iteration (``_EXITED + d``)."""
         depth = self.graph.while_back_edges.get((src, dst))
         if depth is not None:
-            return (*distance[:depth], *(ANY,) * (len(loops) - depth))[: len(loops)]
+            # loops inside the While start a new instance; loops the access has exited
+            # (outside the While) keep their distance from their last iteration
+            inner = tuple(d if d >= _EXITED else ANY for d in distance[depth:])
+            return (*distance[:depth], *inner)[: len(loops)]
         exited = self.graph.exit_edges.get((src, dst))
         if exited is not None:
             at = next(
