@@ -738,7 +738,8 @@ class _Placer:
             return []
         then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
         else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
-        ring = _mbarrier_ring(stmt, then_acc, else_acc)
+        # buffers handed between the branches through their mbarrier ring do not race
+        ring = ring_buffers(stmt.then_case, stmt.else_case, then_acc + else_acc)
         return [
             (a, b)
             for a in then_acc
@@ -850,19 +851,10 @@ class _Placer:
         return self._touching(items, buffers)[0]
 
     def check_branches_apart(self, stmt: Any, scope: AccessScope) -> None:
-        """Threads in the two branches of a divergent ``if`` run concurrently."""
-        if stmt.else_case is None:
-            return
-        then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
-        else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
-        ring = _mbarrier_ring(stmt, then_acc, else_acc)
-        for a in then_acc:
-            for b in else_acc:
-                if a.buffer in ring or b.buffer in ring:
-                    continue  # handed between the branches through their mbarrier ring
-                # other iterations are ordered by the loop analysis (barrier before the `if`)
-                if may_conflict(a, b, self.thread_extents, same_iteration(a, b)):
-                    raise self.divergent_error(stmt)
+        """Threads in the two branches of a divergent ``if`` run concurrently (other
+        iterations are ordered by the loop analysis: a barrier before the ``if``)."""
+        if self.branch_conflicts(stmt, scope):
+            raise self.divergent_error(stmt)
 
     def visit_for(
         self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
@@ -1074,10 +1066,6 @@ class _Placer:
         if len(out) == 1:
             return out[0]
         return tirx.SeqStmt(out)
-
-
-def _mbarrier_ring(stmt: Any, then_acc: list[Any], else_acc: list[Any]) -> set[Any]:
-    return ring_buffers(stmt.then_case, stmt.else_case, then_acc + else_acc)
 
 
 def _unit_wait(domain: str, count: int) -> Any:
