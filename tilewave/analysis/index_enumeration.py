@@ -263,6 +263,7 @@ class _Side:
                 raise _NotEnumerable(f"variable {var} with no known range")
         self._valid: dict[Any, np.ndarray | None] = {}
         self._periods: dict[Any, int | None] = {}
+        self._points: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def valid(self, loop: LoopRange) -> np.ndarray | None:
         """The iterations of ``loop`` in which the access can run, judged by the path
@@ -300,11 +301,24 @@ class _Side:
 
     def points(
         self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, thread ids, distinct sorted keys)`` over the free variables, with
+        ``fixed`` loop values (an array of allowed values each). ``ties``: ``(var, offset,
+        count)`` of loops shared with the other side; the key holds the iteration
+        ``var - offset`` (in ``[0, count)``) next to the address, so only equal iterations
+        meet. Cached: one access meets many others in the same loop context."""
+        memo = (
+            tuple((hash(var), values.tobytes()) for var, values in fixed.items()),
+            tuple((hash(var), offset, count) for var, offset, count in ties),
+        )
+        if memo not in self._points:
+            keys, threads = self._enumerate(fixed, ties)
+            self._points[memo] = (keys, threads, np.unique(keys))
+        return self._points[memo]
+
+    def _enumerate(
+        self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(keys, thread ids)`` over the free variables, with ``fixed`` loop values (an
-        array of allowed values each). ``ties``: ``(var, offset, count)`` of loops shared
-        with the other side; the key holds the iteration ``var - offset`` (in
-        ``[0, count)``) next to the address, so only equal iterations meet."""
         axes: list[tuple[Any, np.ndarray]] = [
             (v, np.arange(e, dtype=np.int64)) for v, e in self.threads
         ]
@@ -429,13 +443,20 @@ def _tied_values(a: _Side, b: _Side, la: LoopRange, lb: LoopRange, dist: int) ->
 
 
 def _overlap(
-    keys_a: np.ndarray,
-    threads_a: np.ndarray,
-    keys_b: np.ndarray,
-    threads_b: np.ndarray,
+    a: tuple[np.ndarray, np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray, np.ndarray],
     same_thread_ordered: bool,
 ) -> bool:
-    common = np.intersect1d(keys_a, keys_b)
+    """Whether the points of ``a`` and ``b`` (``(keys, threads, distinct keys)``, one loop
+    context) share a key touched by two different threads (by any threads when not
+    ``same_thread_ordered``)."""
+    keys_a, threads_a, distinct_a = a
+    keys_b, threads_b, distinct_b = b
+    if distinct_a.size == 0 or distinct_b.size == 0:
+        return False
+    if distinct_a[-1] < distinct_b[0] or distinct_b[-1] < distinct_a[0]:
+        return False
+    common = np.intersect1d(distinct_a, distinct_b, assume_unique=True)
     if common.size == 0:
         return False
     if not same_thread_ordered:
@@ -487,26 +508,18 @@ def enumerate_no_overlap(
             contexts, (ties_a, ties_b) = _contexts(
                 side_a, side_b, chosen, positions or {}, finished or {}
             )
-            keys_a, th_a, keys_b, th_b = [], [], [], []
-            for ctx, (fa, fb) in enumerate(contexts):
-                key_a, t_a = side_a.points(fa, ties_a)
-                key_b, t_b = side_b.points(fb, ties_b)
-                total += key_a.size + key_b.size
+            sides_a, sides_b = [], []
+            for fa, fb in contexts:
+                points_a = side_a.points(fa, ties_a)
+                points_b = side_b.points(fb, ties_b)
+                total += points_a[0].size + points_b[0].size
                 if total > MAX_POINTS:
                     return None
-                context = np.int64(ctx) << np.int64(48)
-                keys_a.append(context + key_a)
-                th_a.append(t_a)
-                keys_b.append(context + key_b)
-                th_b.append(t_b)
-            if not contexts:
-                continue
-            if _overlap(
-                np.concatenate(keys_a),
-                np.concatenate(th_a),
-                np.concatenate(keys_b),
-                np.concatenate(th_b),
-                same_thread_ordered,
+                sides_a.append(points_a)
+                sides_b.append(points_b)
+            if any(
+                _overlap(pa, pb, same_thread_ordered)
+                for pa, pb in zip(sides_a, sides_b, strict=True)
             ):
                 return False
         return True

@@ -123,7 +123,7 @@ class LoopRange:
         return cls(loop.loop_var, lo, ext, loop, aligned, bounds, step)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AccessScope:
     """Where a statement sits: its serial loops, the ``if`` conditions on its path and the
     ``Bind`` variables in scope, all as written (so equal scopes compare equal).
@@ -137,24 +137,60 @@ class AccessScope:
     loops: tuple[LoopRange, ...] = ()
     conditions: tuple[tuple[Any, bool], ...] = ()
     bindings: tuple[tuple[Any, Any], ...] = ()
+    #: each bound variable's value with earlier bindings substituted (built incrementally
+    #: by :meth:`binding`, so resolving is one substitution, not one per binding)
+    resolved_values: Mapping[Any, Any] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @functools.cached_property
+    def _identity(self) -> tuple[Any, ...]:
+        # TIR nodes hash by handle: equal keys mean the same loops, conditions and bindings
+        # (comparing the expressions with ``==`` would build TIR ``EQ`` nodes instead)
+        return (
+            tuple(
+                (hash(lp.var), lp.min, lp.extent, None if lp.loop is None else hash(lp.loop))
+                for lp in self.loops
+            ),
+            tuple((hash(cond), holds) for cond, holds in self.conditions),
+            tuple((hash(var), hash(value)) for var, value in self.bindings),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AccessScope) and self._identity == other._identity
+
+    def __hash__(self) -> int:
+        return hash(self._identity)
 
     def within_loop(self, loop: LoopRange) -> AccessScope:
         """This scope inside one more loop."""
-        return AccessScope((*self.loops, loop), self.conditions, self.bindings)
+        return AccessScope(
+            (*self.loops, loop), self.conditions, self.bindings, self.resolved_values
+        )
 
     def assuming(self, condition: Any, holds: bool = True) -> AccessScope:
         """This scope inside a branch on ``condition``."""
-        return AccessScope(self.loops, (*self.conditions, (condition, holds)), self.bindings)
+        return AccessScope(
+            self.loops, (*self.conditions, (condition, holds)), self.bindings,
+            self.resolved_values,
+        )
 
     def binding(self, var: Any, value: Any) -> AccessScope:
         """This scope after ``Bind(var, value)``."""
-        return AccessScope(self.loops, self.conditions, (*self.bindings, (var, value)))
+        values = dict(self.resolved_values)
+        values[var] = self.resolve(value)
+        return AccessScope(self.loops, self.conditions, (*self.bindings, (var, value)), values)
 
     def resolve(self, expr: Any) -> Any:
         """``expr`` with the bound variables replaced by their values (transitively)."""
-        for var, value in reversed(self.bindings):
-            expr = substitute(expr, {var: value})
-        return expr
+        if not self.bindings:
+            return expr
+        if len(self.resolved_values) != len(self.bindings):  # built without binding()
+            values: dict[Any, Any] = {}
+            for var, value in self.bindings:
+                values[var] = substitute(value, values)
+            object.__setattr__(self, "resolved_values", values)
+        return substitute(expr, self.resolved_values)
 
 
 @dataclass(eq=False)

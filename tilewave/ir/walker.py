@@ -34,6 +34,7 @@ __all__ = [
     "post_order_visit",
     "rebuild",
     "substitute",
+    "walk_nodes",
 ]
 
 _make_object = tvm_ffi.get_global_func("ffi.MakeObjectFromPackedArgs")
@@ -215,41 +216,111 @@ def _make_seq(items: list[Any], original: tirx.SeqStmt) -> tirx.Stmt:
     return rebuild(original, {"seq": flat})
 
 
-class _Substituter(TIRMutator):
-    def __init__(self, mapping: Mapping[ir.expr.Var, Any]) -> None:
-        self._by_var = {var: tvm.runtime.convert(value) for var, value in mapping.items()}
+_TYPE_INDEX = tvm_ffi.structural._callback_type_to_type_index
+_TYPE_ENTRY = _TYPE_INDEX(ir.Type, api_name="tilewave.walker")
+_VAR_ENTRY = _TYPE_INDEX(ir.expr.Var, api_name="tilewave.walker")
 
-    def visit_Var(self, node: ir.expr.Var) -> Any:
-        return self._by_var.get(node, node)
+
+def _keep(value: Any, _mutator: Any) -> Any:
+    return value  # types (and the expressions inside them) are not substituted
+
+
+def _constant(value: Any, var: Any) -> Any:
+    """A Python number as a TIR constant of ``var``'s type (int32/float32 by default)."""
+    dtype = str(getattr(var.ty, "dtype", ""))
+    if isinstance(value, float) or (isinstance(value, int) and dtype.startswith("float")):
+        return tirx.FloatImm(dtype if dtype.startswith("float") else "float32", float(value))
+    if isinstance(value, bool):
+        return tirx.IntImm("bool", int(value))
+    if isinstance(value, int):
+        return tirx.IntImm(dtype if dtype.startswith(("int", "uint")) else "int32", value)
+    return tvm.runtime.convert(value)
 
 
 def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
     """Replace every use of the variables in ``mapping`` inside ``node``.
 
     Args:
-        node: a statement or expression.
+        node: a statement or expression (or a list of them).
         mapping: ``{var: expr}``; Python ints and floats are converted to TIR constants.
 
     Definition sites (a ``For`` loop variable, a ``BufferStore`` buffer) are replaced only
-    by another ``Var``. Returns ``node`` itself when nothing was replaced.
+    by another ``Var``; types (buffer shapes) are left alone. Returns ``node`` itself when
+    nothing was replaced. The walk runs in C++ (``tvm_ffi``'s structural mutator); Python
+    is called only at variables.
     """
     if not mapping:
         return node
-    return _Substituter(mapping).visit(node)
+    if isinstance(node, (list, tuple)):
+        return type(node)(substitute(item, mapping) for item in node)
+
+    def on_var(var: Any, mutator: Any) -> Any:
+        value = mapping.get(var)
+        if value is None:
+            return var
+        if not isinstance(value, tvm_ffi.Object):
+            value = _constant(value, var)
+        if mutator.def_region_kind() != 0 and not isinstance(value, ir.expr.Var):
+            return var  # a definition site accepts only another variable
+        return value
+
+    entries = [(_TYPE_ENTRY, _keep, False), (_VAR_ENTRY, on_var, False)]
+    out = _structural_mutate(node, entries)
+    return node if out.same_as(node) else out
 
 
-class _PostOrder(TIRVisitor):
-    def __init__(self, callback: Callable[[Any], None]) -> None:
-        self._callback = callback
+_structural_mutate = tvm_ffi.get_global_func("ffi.StructuralMutate")
+_structural_walk = tvm_ffi.get_global_func("ffi.StructuralWalk")
+_SKIP = int(tvm_ffi.WalkResult.SKIP)
 
-    def visit(self, node: Any) -> None:
-        if node is None or isinstance(node, (list, tuple, tvm_ffi.Array)):
-            super().visit(node)
-            return
-        self.generic_visit(node)
-        self._callback(node)
+
+def walk_nodes(node: Any, callbacks: Mapping[type, Callable[[Any], Any]]) -> Any:
+    """Call ``callbacks[cls](n)`` on every node ``n`` of a type in ``callbacks`` under
+    ``node``, parents before children, in C++ (types such as buffer shapes are not entered).
+
+    A callback may return :class:`tvm_ffi.VisitInterrupt` to stop the walk (that object is
+    returned) or :data:`tvm_ffi.WalkResult.SKIP` to skip the node's children.
+    """
+    entries = [(_TYPE_ENTRY, lambda _value: _SKIP)]
+    entries += [(_TYPE_INDEX(cls, api_name="tilewave.walker"), fn) for cls, fn in callbacks.items()]
+    return _structural_walk(node, entries, [], int(tvm_ffi.WalkOrder.PREORDER))
+
+
+_structural_visit = tvm_ffi.get_global_func("ffi.StructuralVisit")
+_default_visit = tvm_ffi.get_global_func("ffi.StructuralVisitorDefaultVisit")
+_NODE_ENTRIES = [
+    _TYPE_INDEX(cls, api_name="tilewave.walker")
+    for cls in (tirx.Stmt, ir.expr.Expr, tirx.IterVar, ir.Range)
+]
+_CALL_ENTRY = _TYPE_INDEX(ir.expr.Call, api_name="tilewave.walker")
+
+
+def _prune(_value: Any, _visitor: Any) -> None:
+    return None  # types are not walked
 
 
 def post_order_visit(node: Any, callback: Callable[[Any], None]) -> None:
-    """Call ``callback`` on every statement and expression under ``node``, children first."""
-    _PostOrder(callback).visit(node)
+    """Call ``callback`` on every statement and expression under ``node``, children first
+    (a call's operator before its arguments), in field order; types are not entered.
+
+    The walk runs in C++ (``tvm_ffi``'s structural visitor); Python runs only the callback.
+    """
+    if node is None:
+        return
+    if isinstance(node, (list, tuple)):
+        for item in node:
+            post_order_visit(item, callback)
+        return
+
+    def on_node(value: Any, visitor: Any) -> None:
+        _default_visit(visitor, value)
+        callback(value)
+
+    def on_call(value: Any, visitor: Any) -> None:
+        callback(value.op)
+        _default_visit(visitor, value)
+        callback(value)
+
+    entries = [(_TYPE_ENTRY, _prune), (_CALL_ENTRY, on_call)]
+    entries += [(index, on_node) for index in _NODE_ENTRIES]
+    _structural_visit(node, entries)
