@@ -112,6 +112,9 @@ class TIRVisitor:
                 self.generic_visit(node)
     """
 
+    #: the C++ structural visitor of the walk in progress (``None`` outside a walk)
+    _active: Any = None
+
     def visit(self, node: Any) -> None:
         """Visit ``node`` (a Stmt, Expr, IterVar, Range, or a list/array of them)."""
         if node is None:
@@ -120,14 +123,23 @@ class TIRVisitor:
             for item in node:
                 self.visit(item)
             return
-        method = getattr(self, "visit_" + type(node).__name__, None)
-        if method is not None:
-            method(node)
-        else:
-            self.generic_visit(node)
+        if self._active is not None:
+            _visitor_visit(self._active, node)
+            return
+        if _walks_in_python(type(self)):
+            method = getattr(self, "visit_" + type(node).__name__, None)
+            if method is not None:
+                method(node)
+            else:
+                self.generic_visit(node)
+            return
+        _structural_visit(node, self._entries())
 
     def generic_visit(self, node: Any) -> None:
         """Visit every child of ``node``."""
+        if self._active is not None:
+            _default_visit(self._active, node)
+            return
         if isinstance(node, _LEAF_TYPES):
             return
         for name in node_fields(type(node)):
@@ -142,6 +154,60 @@ class TIRVisitor:
         elif isinstance(value, tvm_ffi.Map):
             for item in value.values():
                 self._visit_value(item)
+
+    def _entries(self) -> list[tuple[int, Callable[[Any, Any], Any]]]:
+        """C++ dispatch entries: types pruned, ``visit_<Name>`` methods called, every other
+        node descended in C++ without calling Python."""
+        entries: list[tuple[int, Callable[[Any, Any], Any]]] = [(_TYPE_ENTRY, _prune)]
+        for name, index in _visit_methods(type(self)):
+            method = getattr(self, name)
+
+            def dispatch(value: Any, visitor: Any, method: Callable[[Any], Any] = method) -> None:
+                outer, self._active = self._active, visitor
+                try:
+                    method(value)
+                finally:
+                    self._active = outer
+
+            entries.append((index, dispatch))
+        return entries
+
+
+@functools.cache
+def _walks_in_python(cls: type) -> bool:
+    """Visitors that override ``visit`` (to see every node, e.g. to keep a path) or visit
+    operators walk in Python; the others are dispatched from C++."""
+    return cls.visit is not TIRVisitor.visit or hasattr(cls, "visit_Op")
+
+
+@functools.cache
+def _node_classes() -> dict[str, list[type]]:
+    """Every FFI node class that can sit in a statement tree, by class name."""
+    found: dict[str, list[type]] = {}
+    pending: list[type] = [tirx.Stmt, ir.expr.Expr, tirx.IterVar, ir.Range]
+    seen: set[type] = set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        found.setdefault(cls.__name__, []).append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+@functools.cache
+def _visit_methods(cls: type) -> tuple[tuple[str, int], ...]:
+    """``(method name, type index)`` of the ``visit_<Name>`` methods ``cls`` defines."""
+    classes = _node_classes()
+    out = []
+    for name in dir(cls):
+        if not name.startswith("visit_"):
+            continue
+        for node_cls in classes.get(name[len("visit_"):], ()):
+            if hasattr(node_cls, "__tvm_ffi_type_info__"):
+                out.append((name, _TYPE_INDEX(node_cls, api_name="tilewave.walker")))
+    return tuple(out)
 
 
 class TIRMutator:
@@ -288,6 +354,7 @@ def walk_nodes(node: Any, callbacks: Mapping[type, Callable[[Any], Any]]) -> Any
 
 _structural_visit = tvm_ffi.get_global_func("ffi.StructuralVisit")
 _default_visit = tvm_ffi.get_global_func("ffi.StructuralVisitorDefaultVisit")
+_visitor_visit = tvm_ffi.get_global_func("ffi.StructuralVisitorVisit")
 _NODE_ENTRIES = [
     _TYPE_INDEX(cls, api_name="tilewave.walker")
     for cls in (tirx.Stmt, ir.expr.Expr, tirx.IterVar, ir.Range)
