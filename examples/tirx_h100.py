@@ -19,6 +19,12 @@ Two machines:
   compiles each source for sm_90a, launches it on random data, compares with NumPy, times
   it (median of CUDA-event timings) and prints one table; ``--racecheck`` also runs each
   variant under ``compute-sanitizer --tool racecheck``.
+
+The Hopper TMA + wgmma GEMM (examples/tirx_tma_wgmma_gemm.py) needs tensor maps, which cupy
+cannot pass: ``--emit`` also writes ``DIR/sm90`` and ``--run`` / ``--racecheck`` hand it to
+``examples/tirx_h100_hopper.py`` (the CUDA driver API launcher of
+benchmarks/real_kernels_sm90.py; hand and tilewave timed interleaved in one process, TFLOP/s
+next to ``torch.matmul``). ``--part sm80`` / ``--part sm90`` runs one of the two parts.
 """
 
 from __future__ import annotations
@@ -137,6 +143,9 @@ def emit(out_dir: Path) -> int:
             print(f"{problem['name']:<20} {variant:<9} {facts}")
         manifest.append(entry)
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    import tirx_h100_hopper
+
+    tirx_h100_hopper.emit(out_dir / tirx_h100_hopper.SUBDIR, _compile, _hazards)
     return 0
 
 
@@ -245,12 +254,29 @@ def run(in_dir: Path, only: str | None, repeats: int, compile_first: bool, sanit
     return 1 if failed else 0
 
 
+def run_parts(in_dir: Path, args: argparse.Namespace) -> int:
+    """``--run``: the cupy-launched kernels (``sm80`` part) and the Hopper GEMM (``sm90``)."""
+    status = 0
+    if args.part in ("all", "sm80"):
+        status |= run(in_dir, args.only, args.repeats, not args.no_compile, args.racecheck)
+    if args.part in ("all", "sm90") and args.only is None:
+        sys.path.insert(0, str(HERE))
+        import tirx_h100_hopper
+
+        hopper_dir = in_dir / tirx_h100_hopper.SUBDIR
+        status |= tirx_h100_hopper.run(hopper_dir)
+        if args.racecheck:
+            status |= tirx_h100_hopper.racecheck(hopper_dir)
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: ``--emit DIR`` (TVM side) or ``--run DIR`` (GPU side)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--emit", type=Path, metavar="DIR")
     parser.add_argument("--run", type=Path, metavar="DIR")
     parser.add_argument("--only", help="KERNEL:VARIANT")
+    parser.add_argument("--part", choices=("all", "sm80", "sm90"), default="all")
     parser.add_argument("--repeats", type=int, default=200)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--racecheck", action="store_true")
@@ -258,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.emit is not None:
         return emit(args.emit)
     if args.run is not None:
-        return run(args.run, args.only, args.repeats, not args.no_compile, args.racecheck)
+        return run_parts(args.run, args)
     parser.error("give --emit DIR or --run DIR")
     return 2
 

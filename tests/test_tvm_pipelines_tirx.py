@@ -75,28 +75,34 @@ def test_tilewave_tirx_without_a_gpu_target_names_the_fix():
         tvm.compile(kernel, tir_pipeline=TILEWAVE_TIRX_PIPELINE)
 
 
-def test_hopper_tma_wgmma_gemm_gets_the_hand_versions_barriers_and_fences():
-    """The TMA + wgmma GEMM (CPU only: no GPU run): the stripped kernel through
-    tilewave-tirx has as many barriers, proxy fences and mbarrier-init fences as the hand
-    one. Building at all means the barrier stage's output verified clean (its invariant)."""
-    import re
+def test_hopper_tma_wgmma_gemm_emit_gets_the_hand_versions_barriers_and_fences(tmp_path):
+    """The TMA + wgmma GEMM as tirx_h100.py --emit writes it for the H100 (both sizes): the
+    stripped kernel through tilewave-tirx has as many block barriers, proxy fences and
+    mbarrier-init fences as the hand one, none in the K loop, verifies clean (the stripped
+    one under plain tirx does not), and the pool is the only, 1024-aligned shared memory."""
+    import json
 
+    hopper = load_example("tirx_h100_hopper.py")
     gemm = load_example("tirx_tma_wgmma_gemm.py")
-    kinds = {
-        "barriers": r"__syncthreads\(\);|tvm_builtin_cuda_cta_sync\(\);",
-        "proxy fences": r"fence_proxy\w*\(\);",
-        "mbarrier-init fences": r"fence_mbarrier_init\w*\(\);",
-    }
-    counts = {}
-    for variant, func, pipeline in (
-        ("hand", gemm.hand, "tirx"),
-        ("stripped", gemm.stripped(), "tirx"),
-        ("tilewave", gemm.stripped(), TILEWAVE_TIRX_PIPELINE),
-    ):
-        source = DRIVER._compile(func, pipeline)[0]
-        body = source[source.rindex("__global__") :]
-        counts[variant] = {kind: len(re.findall(p, body)) for kind, p in kinds.items()}
-    assert counts["stripped"] == {kind: 0 for kind in kinds}
-    assert counts["hand"] == {"barriers": 2, "proxy fences": 1, "mbarrier-init fences": 1}
-    for kind in kinds:
-        assert 1 <= counts["tilewave"][kind] <= counts["hand"][kind], counts
+    hopper.emit(tmp_path, DRIVER._compile, DRIVER._hazards)
+    for size_name, (m, n, k) in (("full", (gemm.M, gemm.N, gemm.K)), ("small", gemm.SMALL)):
+        manifest = json.loads((tmp_path / size_name / "manifest.json").read_text())
+        entry = manifest["kernels"][gemm.NAME]
+        assert (entry["m"], entry["n"], entry["k"]) == (m, n, k)
+        assert entry["grid"] == [m // gemm.BLOCK_M * (n // gemm.BLOCK_N), 1, 1]
+        hand, stripped, synced = (
+            entry["variants"][v] for v in ("hand", "stripped", "stripped+tilewave-tirx")
+        )
+        wanted = {"syncthreads": 2, "fence_proxy_async": 1, "fence_mbarrier_init": 1}
+        assert {kind: hand["sync"][kind] for kind in wanted} == wanted
+        assert sum(stripped["sync"].values()) == 0
+        for kind in wanted:
+            assert 1 <= synced["sync"][kind] <= hand["sync"][kind], (kind, synced["sync"])
+        assert sum(synced["k_loop_sync"].values()) == 0
+        assert (hand["hazards"], synced["hazards"]) == (0, 0) and stripped["hazards"] > 0
+        for record in (hand, stripped, synced):
+            assert record["dynamic_smem"] == gemm.POOL_BYTES
+            body = (tmp_path / size_name / record["file"]).read_text()
+            body = body[body.rindex("__global__") :]
+            assert "extern __shared__ __align__(1024)" in body
+            assert body.count("__shared__") == 1

@@ -1,0 +1,188 @@
+"""The Hopper part of examples/tirx_h100.py: the TIRx TMA + wgmma GEMM on an H100.
+
+``examples/tirx_tma_wgmma_gemm.py`` takes ``const __grid_constant__ CUtensorMap`` parameters,
+which cupy's launcher cannot pass, so this part reuses the launcher, nvcc driver and race-check
+of ``benchmarks/real_kernels_sm90.py`` (CUDA driver API through ctypes) over a directory of the
+same layout: ``DIR/full`` (4096^3) and ``DIR/small`` (the race-check size), each with
+``<kernel>__<variant>.cu`` and that script's ``manifest.json``.
+
+Variants: ``hand`` (``tir_pipeline="tirx"``), ``stripped`` (same pipeline, racy: for
+contrast, not judged) and ``stripped+tilewave-tirx``. The hand and tilewave variants are
+timed in one process, interleaved (:data:`ROUNDS` rounds of the median of 30 launches with L2
+flushed, each variant and ``torch.matmul`` once a round; the table shows the median round), so
+clock drift between them cannot decide the ratio; the stripped one runs in its own process
+under a timeout (it may hang on an uninitialised mbarrier).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "benchmarks"))
+
+import real_kernels_sm90 as sm90_runner  # noqa: E402
+
+MODULE = "tirx_tma_wgmma_gemm"
+#: variant -> (kernel builder attribute, tir_pipeline, role for the runner)
+VARIANTS = {
+    "hand": ("hand", "tirx", "hand"),
+    "stripped": ("stripped", "tirx", "contrast"),
+    "stripped+tilewave-tirx": ("stripped", "tilewave-tirx", "tilewave"),
+}
+ROUNDS = 7
+#: seconds for one run of the stripped variant (its own process) and one race-check run; a
+#: stripped kernel can spin forever on an mbarrier nobody initialised in time.
+CONTRAST_TIMEOUT_S = 40
+RACECHECK_TIMEOUT_S = 60
+SUBDIR = "sm90"
+CTA_SYNC = "tvm_builtin_cuda_cta_sync"
+
+
+def emit(out_dir: Path, compile_with: Any, hazards: Any) -> None:
+    """Write both sizes of the GEMM's variants and their manifests under ``out_dir``.
+
+    Args:
+        out_dir: ``DIR/sm90``.
+        compile_with: ``(PrimFunc, pipeline) -> (CUDA source, IR captured by stage name)``
+            (:func:`tirx_h100._compile`).
+        hazards: ``IRModule -> int``, the verifier's hazard count (:func:`tirx_h100._hazards`).
+    """
+    gemm = importlib.import_module(MODULE)
+    for size_name, size in (("full", (gemm.M, gemm.N, gemm.K)), ("small", gemm.SMALL)):
+        size_dir = out_dir / size_name
+        size_dir.mkdir(parents=True, exist_ok=True)
+        launch = gemm.launch(*size)
+        entry = {**launch.to_json(), "flops": launch.flops, "nvcc_flags": [], "variants": {}}
+        for variant, (builder, pipeline, role) in VARIANTS.items():
+            source, captured = compile_with(getattr(gemm, builder)(*size), pipeline)
+            checked = captured.get(
+                "tilewave.InsertSharedBarriers", captured["tirx.AnnotateEntryFunc"]
+            )
+            file_name = f"{gemm.NAME}__{variant.replace('+', '_')}.cu"
+            (size_dir / file_name).write_text(source)
+            # TIRx's T.cuda.cta_sync() is a helper that calls __syncthreads(): count it as one
+            counted = source.replace(f"{CTA_SYNC}()", "__syncthreads()")
+            entry["variants"][variant] = {
+                "role": role,
+                "pipeline": pipeline,
+                "file": file_name,
+                "dynamic_smem": sm90_runner._dynamic_smem(captured["tirx.AnnotateEntryFunc"]),
+                "sync": sm90_runner.sync_counts(sm90_runner.kernel_body(counted)),
+                "k_loop_sync": sm90_runner.k_loop_sync(counted),
+                "hazards": hazards(checked),
+            }
+            print(
+                f"{gemm.NAME} {size_name:<5} {variant:<22} "
+                f"{entry['variants'][variant]['sync']} hazards {hazards(checked)}"
+            )
+        manifest = {"kernels": {gemm.NAME: entry}}
+        (size_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _timed_launches(size_dir: Path, kernel: str, variants: list[str]) -> dict[str, dict]:
+    """Check every variant in ``variants`` and time them with ``torch.matmul``, interleaved."""
+    import torch
+    from real_kernels_h100 import TOLERANCE, _median_ms
+
+    entry = json.loads((size_dir / "manifest.json").read_text())["kernels"][kernel]
+    m, n, k = entry["m"], entry["n"], entry["k"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen)
+    b = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen)
+    expected = a.float() @ b.float().t()
+    driver = sm90_runner.Driver()
+    stream = torch.cuda.current_stream().cuda_stream
+    launches, results = {"torch.matmul": lambda: torch.matmul(a, b.t())}, {}
+    for variant in variants:
+        spec = entry["variants"][variant]
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+        tensors = {"A": a, "B": b, "C": c}
+        cubin = size_dir / (Path(spec["file"]).stem + ".cubin")
+        func = driver.function(cubin, entry["kernel"], spec["dynamic_smem"])
+        maps = [driver.tensor_map(tensors[t["tensor"]], t) for t in entry["tensor_maps"]]
+
+        def launch(func=func, maps=maps, smem=spec["dynamic_smem"]) -> None:
+            driver.launch(func, entry["grid"], entry["block"], smem, stream, maps)
+
+        launch()
+        torch.cuda.synchronize()
+        diff = (c.float() - expected).abs().nan_to_num(float("inf"))
+        error = float(diff.max()) / float(expected.abs().max())
+        results[variant] = {"rel_err": error, "correct": error < TOLERANCE}
+        launches[variant] = launch
+    rounds: dict[str, list[float]] = {name: [] for name in launches}
+    for _ in range(ROUNDS):
+        for name, launch in launches.items():
+            rounds[name].append(_median_ms(launch, torch))
+    for name, times in rounds.items():
+        results.setdefault(name, {}).update(ms=statistics.median(times), rounds_ms=times)
+    return results
+
+
+def run(in_dir: Path) -> int:
+    """Compile, check and time the full size; print the table. 1 when tilewave's variant is
+    wrong or slower than 0.98x the hand version."""
+    size_dir = in_dir / "full"
+    manifest = json.loads((size_dir / "manifest.json").read_text())
+    compiled = sm90_runner.compile_all(size_dir)
+    ((kernel, entry),) = manifest["kernels"].items()
+    judged = [v for v, rec in entry["variants"].items() if rec["role"] != "contrast"]
+    results = _timed_launches(size_dir, kernel, judged)
+    contrast = [v for v in entry["variants"] if v not in judged]
+    for variant in contrast:
+        result, log = sm90_runner._subprocess_result(
+            sm90_runner._command(size_dir, kernel, variant, True), CONTRAST_TIMEOUT_S
+        )
+        results[variant] = result or {"failed": log}
+    torch_ms, hand_ms = results["torch.matmul"]["ms"], results["hand"]["ms"]
+    print(
+        f"\n## {kernel} {entry['m']}x{entry['n']}x{entry['k']} fp16, grid {entry['grid'][0]}"
+        f" x {entry['block'][0]} threads; {ROUNDS} interleaved rounds (median shown)"
+    )
+    print(
+        f"cuBLAS (torch.matmul): {entry['flops'] / torch_ms / 1e9:.1f} TFLOP/s ({torch_ms:.3f} ms)"
+    )
+    print(
+        "| variant | tir_pipeline | sync in kernel | sync in K loop | verifier | regs/spill "
+        "| correct (rel err) | ms | TFLOP/s | vs cuBLAS | vs hand |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    bad = 0
+    for variant, record in entry["variants"].items():
+        result, nv = results[variant], compiled.get(record["file"], {})
+        regs = f"{nv.get('regs')}/{nv.get('spill')}" if "regs" in nv else nv.get("error", "-")
+        head = (
+            f"| {variant} | {record['pipeline']} | {sm90_runner._sync_text(record['sync'])} "
+            f"| {sm90_runner._sync_text(record['k_loop_sync'])} | {record['hazards']} "
+            f"| {regs} |"
+        )
+        if "ms" not in result:
+            print(f"{head} FAILED: {result.get('failed', '')[-200:]} | - | - | - | - |")
+            bad += record["role"] == "tilewave"
+            continue
+        tflops = entry["flops"] / result["ms"] / 1e9
+        print(
+            f"{head} {result['correct']} ({result['rel_err']:.1e}) | {result['ms']:.3f} | "
+            f"{tflops:.1f} | {torch_ms / result['ms']:.2f} | {hand_ms / result['ms']:.2f} |"
+        )
+        if record["role"] == "tilewave":
+            bad += not result["correct"] or hand_ms / result["ms"] < 0.98
+    rounds = {
+        v: " ".join(f"{t:.3f}" for t in r["rounds_ms"])
+        for v, r in results.items()
+        if "rounds_ms" in r
+    }
+    print("per-round medians (ms): " + "; ".join(f"{v}: {t}" for v, t in rounds.items()))
+    return 1 if bad else 0
+
+
+def racecheck(in_dir: Path) -> int:
+    """The small size under ``compute-sanitizer --tool racecheck`` (real_kernels_sm90's)."""
+    sm90_runner.RACECHECK_TIMEOUT_S = RACECHECK_TIMEOUT_S
+    return sm90_runner.racecheck(in_dir)
