@@ -287,7 +287,7 @@ def _evaluate(expr: Any, env: dict[Any, Any]) -> Any:
         cond = _evaluate(expr.condition, env)
         return np.where(cond, _evaluate(expr.true_value, env), _evaluate(expr.false_value, env))
     if isinstance(expr, tirx.Cast):
-        dtype = str(expr.dtype)
+        dtype = str(expr.ty)  # a 0.27 Cast has no .dtype: its type is .ty
         if not (dtype.startswith(("int", "uint")) or dtype == "bool"):
             raise _Unknown
         value = _evaluate(expr.value, env)
