@@ -385,6 +385,90 @@ def named_missing_war_bug(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128)
                 B[k, tx - 128] = S[255 - tx]
 
 
+@T.prim_func
+def named_all_sync_bug(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if tx < 128:  # bar.sync is aligned: both roles must not sync from two sites
+                S[tx] = A[k, tx]
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
+            else:
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                B[k, tx - 128] = S[255 - tx]
+                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
+
+
+@T.prim_func
+def named_all_sync_ok(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if tx < 128:  # barrier.sync without .aligned may be reached from any site
+                S[tx] = A[k, tx]
+                T.ptx.barrier.sync(T.uint32(1), T.uint32(256))
+                T.ptx.barrier.sync(T.uint32(2), T.uint32(256))
+            else:
+                T.ptx.barrier.sync(T.uint32(1), T.uint32(256))
+                B[k, tx - 128] = S[255 - tx]
+                T.ptx.barrier.sync(T.uint32(2), T.uint32(256))
+
+
+@T.prim_func
+def named_explicit_aligned_bug(A: T.Buffer((8, 128), "float32"),
+                               B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if tx < 128:
+                S[tx] = A[k, tx]
+                T.ptx.barrier.sync.aligned(T.uint32(1), T.uint32(256))
+                T.ptx.barrier.sync.aligned(T.uint32(2), T.uint32(256))
+            else:
+                T.ptx.barrier.sync.aligned(T.uint32(1), T.uint32(256))
+                B[k, tx - 128] = S[255 - tx]
+                T.ptx.barrier.sync.aligned(T.uint32(2), T.uint32(256))
+
+
+@T.prim_func
+def named_arrive_sync_ok(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float32")):
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(8):
+            if tx < 128:  # PTX's producer/consumer form: one blocking site per generation
+                S[tx] = A[k, tx]
+                T.ptx.bar.arrive(T.uint32(1), T.uint32(256))
+                T.ptx.bar.sync(T.uint32(2), T.uint32(256))
+            else:
+                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                B[k, tx - 128] = S[255 - tx]
+                T.ptx.bar.arrive(T.uint32(2), T.uint32(256))
+
+
+@T.prim_func
+def syncthreads_in_branches_bug(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        if tx < 32:  # every thread reaches a __syncthreads(), but not the same one
+            S[tx] = A[tx]
+            T.tvm_storage_sync("shared")
+        else:
+            T.tvm_storage_sync("shared")
+            B[tx] = S[tx - 32]
+
+
+@T.prim_func
+def syncthreads_in_branches_ok(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        if tx < 32:
+            S[tx] = A[tx]
+        T.tvm_storage_sync("shared")
+        if tx >= 32:
+            B[tx] = S[tx - 32]
+
+
 # -- split barriers ------------------------------------------------------------------------
 
 

@@ -29,6 +29,10 @@ CASES = [
     ("split_bug", "split_ok", "sm_90a", {"RAW"}, "S"),
     ("split_wait_unsignalled_bug", "split_ok", "sm_90a", {"deadlock"}, ""),
     ("divergent_barrier_bug", "in_bounds_ok", "sm_90a", {"deadlock"}, ""),
+    ("named_all_sync_bug", "named_all_sync_ok", "sm_90a", {"barrier-divergent"}, ""),
+    ("named_explicit_aligned_bug", "named_all_sync_ok", "sm_90a", {"barrier-divergent"}, ""),
+    ("syncthreads_in_branches_bug", "syncthreads_in_branches_ok", "sm_90a",
+     {"barrier-divergent"}, ""),
     ("out_of_bounds_bug", "in_bounds_ok", "sm_90a", {"out-of-bounds"}, "S"),
     ("lds_dma_bug", "lds_dma_ok", "gfx942", {"RAW"}, "S"),
 ]
@@ -87,3 +91,22 @@ def test_disjoint_warps_need_no_barrier():
     # the fixed kernels above are clean under every default schedule, including per-warp ones
     report = racecheck(k.loop_war_ok, "sm_90a", schedules=["warps", "random:3", "reverse"])
     assert report.ok and report.steps > 0
+
+
+def test_aligned_syncs_at_two_sites_name_both_statements_and_the_barrier():
+    report = racecheck(k.named_all_sync_bug, "sm_90a")
+    divergent = [f for f in report.findings if f.kind == "barrier-divergent"]
+    # ids 1 and 2 are each completed by the producers' and the consumers' own bar.sync
+    assert sorted(f.message.split(" was ")[0] for f in divergent) == [
+        "one generation of barrier 1", "one generation of barrier 2"], report.format()
+    for finding in divergent:
+        assert len(finding.statements) == 2 and finding.statements[0] != finding.statements[1]
+        assert "barrier.sync without .aligned" in finding.message
+        assert finding.threads == ("threads 0, 1, ... 255 (256)",)
+
+
+def test_bar_arrive_from_another_site_is_not_divergent():
+    # PTX's producer/consumer example: the arrivals come from other instructions, but each
+    # generation has one blocking (bar.sync) site
+    report = racecheck(k.named_arrive_sync_ok, "sm_90a")
+    assert report.ok and report.findings == [], report.format()

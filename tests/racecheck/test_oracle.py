@@ -67,6 +67,15 @@ KNOWN_BAD = {
                "signalled it: it deadlocks on any GPU (the lowering keeps that)",
     "in_loop_mbarrier": "the expected mbarrier form of in_loop: the same deadlock",
 }
+#: InsertSharedBarriers' named-barrier lowering emits aligned ``bar.sync id, n`` on both
+#: sides of a role split, so one barrier generation completes from two instructions: PTX
+#: leaves that undefined and compute-sanitizer synccheck reports it (issue 18's H100 run).
+#: ``barrier.sync id, n`` (not aligned) is the form to emit.
+_ALIGNED_SPLIT = ("InsertSharedBarriers emits aligned bar.sync at two sites of one "
+                  "named-barrier generation (barrier-divergent; synccheck flags it)")
+KNOWN_BAD.update({name: _ALIGNED_SPLIT for name in (
+    "divergent_branches_bad", "straight_split", "two_buffers_inner_loops", "ws_before",
+    "ws_pass_after", "ws_after")})
 
 
 def _kernels() -> list[tuple[str, str, tirx.PrimFunc]]:
@@ -126,7 +135,8 @@ def _shared_barrier_variants():
 
 
 @pytest.mark.parametrize("kernel_id", ["reverse", "transpose", "stencil", "loop_tile",
-                                       "warp_specialized"])
+                                       pytest.param("warp_specialized", marks=pytest.mark.xfail(
+                                           strict=True, reason=_ALIGNED_SPLIT))])
 def test_stripped_example_races_and_tilewave_output_is_clean(kernel_id: str) -> None:
     variants = dict(_shared_barrier_variants())[kernel_id]
     stripped = racecheck(variants.pop("stripped"), "sm_90a")

@@ -13,7 +13,8 @@ _DECLARATION = re.compile(r"^\w+ = T\.(Buffer\(.*\)|\w+\(\))$")
 
 #: finding kinds that make a kernel fail the check (``uninitialised`` is a warning)
 ERROR_KINDS = frozenset(
-    {"RAW", "WAR", "WAW", "PROXY", "deadlock", "barrier-count", "out-of-bounds", "step-limit"}
+    {"RAW", "WAR", "WAW", "PROXY", "deadlock", "barrier-count", "barrier-divergent",
+     "out-of-bounds", "step-limit"}
 )
 
 
@@ -43,6 +44,8 @@ class Finding:
     Attributes:
         kind: ``RAW``/``WAR``/``WAW`` (a data race), ``PROXY`` (generic write not fenced
             before an async-proxy access), ``deadlock``, ``barrier-count``,
+            ``barrier-divergent`` (an aligned barrier generation completed from several
+            instructions),
             ``out-of-bounds``, ``uninitialised``, ``step-limit``.
         message: one sentence saying what happened.
         statements: the statements involved (earlier first), as TVMScript text.

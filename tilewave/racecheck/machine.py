@@ -235,6 +235,16 @@ class BlockRun:
                 f"generation expecting {had} was open",
                 statements=(statement_text(self.program.instrs[pc].stmt),),
                 schedule=self.schedule.name))
+        for bar_id, pcs, waiters in self.barriers.divergent:
+            self._report(("barrier-divergent", bar_id, pcs), Finding(
+                "barrier-divergent", f"one generation of barrier {bar_id} was completed by "
+                f"aligned syncs at {len(pcs)} different instructions (bar.sync and "
+                "__syncthreads() are aligned: PTX requires every thread to execute the same "
+                "barrier instruction; use barrier.sync without .aligned, or bar.arrive on all "
+                "sides but one)",
+                statements=tuple(statement_text(self.program.instrs[pc].stmt) for pc in pcs),
+                threads=(_thread_list(list(waiters)),), count=len(waiters),
+                schedule=self.schedule.name))
 
     # ------------------------------------------------------------------ variables
     def set_var(self, var: Any, threads: np.ndarray, value: Any) -> None:

@@ -208,15 +208,16 @@ def _block_barrier(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     if call.op.name == "tirx.tvm_storage_sync" and call.args and is_string(call.args[0]) and \
             not call.args[0].value.startswith("shared"):
         return 0  # global / warp syncs do not order shared memory across the block
-    _hardware_barrier(run, threads, 0, run.n, sync=True)
+    # __syncthreads() is bar.sync 0, an aligned barrier; AMD's s_barrier has no such rule
+    _hardware_barrier(run, threads, 0, run.n, sync=True, aligned=run.target.is_cuda)
     return 0
 
 
 def _hardware_barrier(run: Any, threads: np.ndarray, bar_id: int, count: int,
-                      sync: bool) -> None:
+                      sync: bool, aligned: bool) -> None:
     from tilewave.racecheck.machine import Blocked
 
-    completed = run.barriers.arrive(bar_id, count, threads, sync, run.instr_index)
+    completed = run.barriers.arrive(bar_id, count, threads, sync, run.instr_index, aligned)
     released = set()
     for waiters, _gen in completed:
         released.update(waiters.tolist())
@@ -240,7 +241,10 @@ def _named_barrier(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
         run._report(("barrier-count-warp", run.instr_index), _finding(
             run, "barrier-count", f"barrier {bar_id} counts {count} threads, not a multiple "
             "of the warp size (PTX ISA: bar's thread count must be)", threads))
-    _hardware_barrier(run, threads, bar_id, count, sync="arrive" not in call.op.name)
+    # bar.sync / bar.arrive are barrier.sync.aligned / barrier.arrive.aligned (PTX ISA, bar)
+    aligned = call.op.name.startswith(_PTX + "bar_") or bool(modifiers(call).get("aligned"))
+    _hardware_barrier(run, threads, bar_id, count, sync="arrive" not in call.op.name,
+                      aligned=aligned)
     return 0
 
 

@@ -6,7 +6,12 @@ the executor which threads it releases; none of them executes code.
 * :class:`HardwareBarriers`: ``bar.sync``/``bar.arrive`` ids 0-15 with thread counts
   (``__syncthreads()`` is id 0 with the whole block). Arrivals are counted per thread; a
   barrier completes when its count is reached, releases its syncing threads with the join
-  of every participant's clock, and resets (PTX ISA, "bar, barrier").
+  of every participant's clock, and resets (PTX ISA, "bar, barrier"). A completed
+  generation whose blocking arrivals include an *aligned* one (``bar.sync``,
+  ``barrier.sync.aligned``, ``__syncthreads()``) and come from more than one static
+  instruction is recorded in :attr:`HardwareBarriers.divergent`: PTX makes that undefined
+  ("all threads in CTA will execute the same barrier{.cta} instruction"); arrivals by
+  ``bar.arrive`` from other instructions are allowed (PTX's producer/consumer example).
 * :class:`SplitBarriers`: a signal half and a wait half (gfx12 ``s_barrier_signal`` /
   ``s_barrier_wait``, ``tilewave.barrier_signal``/``barrier_wait`` before lowering): a
   wait returns once every thread has signalled the generation the waiter signalled.
@@ -41,6 +46,8 @@ class _Generation:
     waiters: list[int] = field(default_factory=list)
     participants: list[int] = field(default_factory=list)
     instrs: set[int] = field(default_factory=set)
+    sync_instrs: set[int] = field(default_factory=set)
+    aligned: bool = False
 
 
 def _accumulate(gen: _Generation, clocks: Clocks, threads: np.ndarray) -> None:
@@ -58,10 +65,14 @@ class HardwareBarriers:
         self.threads = threads
         self.open: dict[int, _Generation] = {}
         self.count_mismatches: list[tuple[int, int, int, int]] = []  # (id, had, got, instr)
+        #: (id, the blocking instructions, the threads) of each generation completed by
+        #: aligned syncs from more than one static instruction
+        self.divergent: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
 
     def arrive(self, bar_id: int, count: int, threads: np.ndarray, sync: bool,
-               instr: int) -> list[tuple[np.ndarray, _Generation]]:
-        """``threads`` arrive at ``bar_id`` expecting ``count``; ``sync`` ones wait.
+               instr: int, aligned: bool = False) -> list[tuple[np.ndarray, _Generation]]:
+        """``threads`` arrive at ``bar_id`` expecting ``count``; ``sync`` ones wait;
+        ``aligned`` says the instruction is an aligned form (see the module docstring).
 
         Returns the generations completed by these arrivals, each with the syncing threads
         it releases (the executor advances them past their barrier instruction).
@@ -84,8 +95,13 @@ class HardwareBarriers:
             gen.instrs.add(instr)
             if sync:
                 gen.waiters += take
+                gen.sync_instrs.add(instr)
+                gen.aligned |= aligned
             if gen.arrived >= gen.expected:
                 del self.open[bar_id]
+                if gen.aligned and len(gen.sync_instrs) > 1:
+                    self.divergent.append((bar_id, tuple(sorted(gen.sync_instrs)),
+                                           tuple(gen.waiters)))
                 released = np.asarray(gen.waiters, dtype=np.int64)
                 if released.size:
                     self.clocks.acquire(released, gen.accum_vc, gen.accum_fenced)
