@@ -11,11 +11,14 @@ Every CUDA example kernel, in its racy and its synchronised variants, is checked
   ``--tool synccheck``, each in its own process.
 
 ``--run`` prints one row per kernel: racecheck's verdict (kinds found), the sanitizer's
-hazard and error counts, and whether they agree. Data races (RAW/WAR/WAW) are compared with
-racecheck's hazards, deadlocks and barrier misuse with synccheck's errors; ``PROXY``
-findings (a generic write read by the async proxy without ``fence.proxy.async``) are shown
-as seen by tilewave only, since compute-sanitizer does not model the async proxy. Kernels
-that need host-built TMA tensor maps are checked here only.
+hazard and error counts, and whether they agree. Data races (RAW/WAR/WAW) between threads
+are compared with racecheck's hazards, deadlocks and barrier misuse (``barrier-count``,
+``barrier-divergent``) with synccheck's errors. Findings compute-sanitizer cannot see are
+shown as seen by tilewave only: ``PROXY`` (a generic write read by the async proxy without
+``fence.proxy.async``) and races whose one side is a TMA/bulk-copy or wgmma unit (the async
+proxy). The sm_90a TMA + wgmma GEMMs run on one block (128 x 256 x 192) with tensor maps
+built on the device by ``cuTensorMapEncodeTiled`` (``benchmarks/real_kernels_sm90.py``'s
+driver); ``--logs DIR`` keeps every sanitizer log whole.
 
 Exit status 1 when a kernel compute-sanitizer can judge gets a different verdict.
 """
@@ -27,6 +30,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,9 +42,12 @@ REPO = Path(__file__).resolve().parents[1]
 AS_WRITTEN = ("tilewave.InsertSharedBarriers", "tilewave.InjectFenceProxy",
               "s_tir.CompactBufferAllocation")
 RACES = {"RAW", "WAR", "WAW"}
-SYNC_ERRORS = {"deadlock", "barrier-count"}
+SYNC_ERRORS = {"deadlock", "barrier-count", "barrier-divergent"}
+#: actors of the async proxy (racecheck's names for them), which compute-sanitizer ignores
+ASYNC_ACTORS = ("bulk/TMA unit", "wgmma unit")
 NVCC = ["nvcc", "-gencode", "arch=compute_90a,code=sm_90a", "-cubin"]
-SANITIZER_TIMEOUT_S = 240  # racecheck on a racy multi-block kernel can take minutes
+SANITIZER_TIMEOUT_S = 150  # one sanitizer process; the whole --run must fit a 420 s call
+UNALIGNED = "named-unaligned"  # diagnostic: tilewave-named with barrier.sync (not .aligned)
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed")
 _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?")
 
@@ -55,6 +62,15 @@ class Case:
     as_written: bool  # True: build without tilewave's sync passes (see AS_WRITTEN)
     multi_buffer_count: int | None = None
     tensor_map_bytes: dict[str, int] = field(default_factory=dict)
+    launch: dict[str, Any] | None = None  # sm90 GEMMs: Sm90Launch.to_json()
+    nvcc_flags: tuple[str, ...] = ()
+    disabled: tuple[str, ...] | None = None  # passes left out, overriding as_written
+
+    def passes_left_out(self) -> list[str]:
+        """The passes this variant is built without."""
+        if self.disabled is not None:
+            return list(self.disabled)
+        return list(AS_WRITTEN) if self.as_written else []
 
 
 def _examples() -> Any:
@@ -72,6 +88,8 @@ def cases() -> list[Case]:
     for kernel_id, func in shared.kernels().items():
         for variant, vfunc in shared.variants_of(func, kernel_id).items():
             out.append(Case(kernel_id, variant, vfunc, as_written=True))
+            if variant == "tilewave-named":
+                out.append(Case(kernel_id, UNALIGNED, unaligned_syncs(vfunc), as_written=True))
     mb = load("multibuffer_h100")
     with_war, without_war = mb.kernels()
     for variant, func, count in (("single", with_war, 1), ("double", with_war, 2),
@@ -94,16 +112,56 @@ def cases() -> list[Case]:
     tile_copy = fence.build_kernel()  # generic stores, a barrier, then a bulk store
     out.append(Case("bulk_store_tile_copy", "as written", tile_copy, as_written=True))
     out.append(Case("bulk_store_tile_copy", "tilewave", tile_copy, as_written=False))
-    tma = load("sm90_tma_wgmma_gemm")
-    size = (tma.BLOCK_M, tma.BLOCK_N, 3 * tma.BLOCK_K)  # one block, three k-steps
-    launch = tma.launch(*size)
-    params = [p.name for p in tma.hand(*size).params]
-    boxes = {p: s.box_rows * s.box_cols * 2 for p, s in zip(params, launch.tensor_maps,
-                                                             strict=True)}
-    for variant, func in (("hand", tma.hand(*size)), ("stripped", tma.stripped(*size))):
-        out.append(Case("sm90_tma_wgmma_gemm", variant, func, as_written=True,
-                        tensor_map_bytes=boxes))
+    out += sm90_cases(load)
     return out
+
+
+def sm90_cases(load: Any) -> list[Case]:
+    """The two TMA + wgmma GEMMs at one block (128 x 256 x 192: three k-steps), built as
+    ``benchmarks/real_kernels_sm90.py`` builds them, plus the stripped kernel as written."""
+    out = []
+    sync_stages = ("tilewave.InsertSharedBarriers", "tilewave.InjectFenceProxy")
+    for name in ("sm90_tma_wgmma_gemm", "sm90_ws_gemm"):
+        module = load(name)
+        tma = load("sm90_tma_wgmma_gemm")  # the block shape both share
+        size = (tma.BLOCK_M, tma.BLOCK_N, 3 * tma.BLOCK_K)
+        launch = module.launch(*size)
+        params = [p.name for p in module.hand(*size).params]
+        boxes = {p: spec.box_rows * spec.box_cols * 2
+                 for p, spec in zip(params, launch.tensor_maps, strict=True)}
+        flags = tuple(getattr(module, "NVCC_FLAGS", ()))
+        for variant, make, disabled in (("hand", module.hand, sync_stages),
+                                        ("stripped", module.stripped, sync_stages),
+                                        ("hand+tilewave", module.hand, ()),
+                                        ("stripped+tilewave", module.stripped, ())):
+            out.append(Case(name, variant, make(*size), as_written=bool(disabled),
+                            tensor_map_bytes=boxes, launch=launch.to_json(), nvcc_flags=flags,
+                            disabled=disabled))
+    return out
+
+
+def unaligned_syncs(func: Any) -> Any:
+    """``func`` with every ``bar.sync id, n`` (aligned) turned into ``barrier.sync id, n``
+    (not aligned): the form PTX allows when threads reach one barrier generation from
+    different instructions; needs TVM."""
+    from tvm import ir
+
+    from tilewave.ir.intrinsics import callee_name
+    from tilewave.ir.walker import TIRMutator, rebuild
+
+    unaligned = ir.Op.get("tirx.ptx.barrier_sync_count")
+
+    class _Unalign(TIRMutator):
+        def visit_Evaluate(self, node: Any) -> Any:
+            call = node.value
+            if not isinstance(call, ir.expr.Call) or \
+                    callee_name(call) != "tirx.ptx.bar_sync_count":
+                return node
+            bar_id, count = list(call.args)[:2]
+            args = [bar_id, count, "", "sync", "", ""]  # .cta, action, .aligned, predicate
+            return rebuild(node, {"value": rebuild(call, {"op": unaligned, "args": args})})
+
+    return func.with_body(_Unalign().visit(func.body))
 
 
 # ---------------------------------------------------------------- emit (TVM side)
@@ -167,7 +225,7 @@ def emit(out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
     for case in cases():
-        disabled = list(AS_WRITTEN) if case.as_written else []
+        disabled = case.passes_left_out()
         slug = re.sub(r"[^A-Za-z0-9]+", "_", f"{case.kernel}__{case.variant}")
         row: dict[str, Any] = {"kernel": case.kernel, "variant": case.variant, "file": slug}
         try:
@@ -188,10 +246,15 @@ def emit(out_dir: Path) -> dict:
             "kernel_symbol": name,
             "racecheck_seconds": round(time.perf_counter() - start, 2),
             "racecheck_kinds": sorted(report.kinds() - {"uninitialised"}),
+            "racecheck_findings": [{"kind": f.kind, "actors": list(f.threads)}
+                                   for f in report.errors],
             "racecheck_text": report.format(),
             "needs_tensor_maps": bool(case.tensor_map_bytes),
+            "nvcc_flags": list(case.nvcc_flags),
         })
         row.update(_launch_facts(kernel))
+        if case.launch is not None:
+            row["launch"] = case.launch
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / f"{slug}.cu").write_text(source)
         rows.append(row)
@@ -208,11 +271,15 @@ def emit(out_dir: Path) -> dict:
 
 def launch_one(in_dir: Path, slug: str) -> None:
     """Launch one kernel on random inputs (run under compute-sanitizer)."""
-    import cupy as cp
     import numpy as np
 
     row = next(r for r in json.loads((in_dir / "manifest.json").read_text())["rows"]
                if r["file"] == slug)
+    if "launch" in row:
+        _launch_tensor_map_kernel(in_dir, row)
+        return
+    import cupy as cp
+
     module = cp.RawModule(path=str(in_dir / f"{slug}.cubin"))
     kernel = module.get_function(row["kernel_symbol"])
     if row["dynamic_smem"] > 48 * 1024:
@@ -230,7 +297,39 @@ def launch_one(in_dir: Path, slug: str) -> None:
     cp.cuda.runtime.deviceSynchronize()
 
 
-def _sanitize(in_dir: Path, slug: str, tool: str) -> tuple[int | None, str]:
+def _launch_tensor_map_kernel(in_dir: Path, row: dict) -> None:
+    """Launch an sm90 GEMM through the driver API with tensor maps encoded here, and print
+    its error against ``A.float() @ B.float().T``."""
+    import torch
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from real_kernels_sm90 import Driver
+
+    spec = row["launch"]
+    m, n, k = spec["m"], spec["n"], spec["k"]
+    gen = torch.Generator(device="cuda").manual_seed(0)  # makes torch's context current
+    tensors = {
+        "A": torch.randn(m, k, device="cuda", dtype=torch.float16, generator=gen),
+        "B": torch.randn(n, k, device="cuda", dtype=torch.float16, generator=gen),
+        "C": torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16),
+    }
+    driver = Driver()
+    func = driver.function(in_dir / f"{row['file']}.cubin", row["kernel_symbol"],
+                           row["dynamic_smem"])
+    maps = [driver.tensor_map(tensors[t["tensor"]], t) for t in spec["tensor_maps"]]
+    driver.launch(func, spec["grid"], spec["block"], row["dynamic_smem"],
+                  torch.cuda.current_stream().cuda_stream, maps)
+    torch.cuda.synchronize()
+    expected = tensors["A"].float() @ tensors["B"].float().t()
+    err = (tensors["C"].float() - expected).abs().nan_to_num(float("inf")).max()
+    print(f"racecheck_agreement: {row['file']} max relative error "
+          f"{float(err) / float(expected.abs().max()):.3g}")
+
+
+def _sanitize(in_dir: Path, slug: str, tool: str,
+              log_dir: Path | None = None) -> tuple[int | None, str, int | None]:
+    """Run one launch under ``tool``: (its count, the log's tail, the exit status);
+    the whole log goes to ``log_dir/<slug>.<tool>.log``."""
     command = ["compute-sanitizer", "--tool", tool]
     if tool == "racecheck":
         command += ["--racecheck-report", "hazard"]
@@ -238,42 +337,60 @@ def _sanitize(in_dir: Path, slug: str, tool: str) -> tuple[int | None, str]:
     try:
         done = subprocess.run(command, capture_output=True, text=True,
                               timeout=SANITIZER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return None, "timeout"
+    except subprocess.TimeoutExpired as err:
+        text = f"timeout after {SANITIZER_TIMEOUT_S} s\n{err.stdout or ''}{err.stderr or ''}"
+        if log_dir is not None:
+            (log_dir / f"{slug}.{tool}.log").write_text(text)
+        return None, "timeout", None
     text = done.stdout + done.stderr
+    if log_dir is not None:
+        (log_dir / f"{slug}.{tool}.log").write_text(" ".join(command) + "\n" + text)
     pattern = _RACE_SUMMARY if tool == "racecheck" else _ERROR_SUMMARY
     match = pattern.search(text)
     if tool == "racecheck" and match is None:
         match = _ERROR_SUMMARY.search(text)
-    return (int(match.group(1)) if match else None), text[-600:]
+    return (int(match.group(1)) if match else None), text[-600:], done.returncode
 
 
-def run(in_dir: Path, parallel: int = 4, results_file: Path | None = None) -> int:
-    """Compile, sanitize and print the agreement table (and save the logs to
-    ``results_file``)."""
+def run(in_dir: Path, parallel: int = 8, results_file: Path | None = None,
+        log_dir: Path | None = None) -> int:
+    """Compile, sanitize and print the agreement table (the counts and log tails go to
+    ``results_file``, written after every kernel; whole logs to ``log_dir``)."""
     rows = json.loads((in_dir / "manifest.json").read_text())["rows"]
-    gpu_rows = [r for r in rows if "error" not in r and not r["needs_tensor_maps"]]
+    gpu_rows = [r for r in rows if "error" not in r and (not r["needs_tensor_maps"]
+                                                         or "launch" in r)]
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
 
     def compile_one(row: dict) -> str:
         cubin, source = in_dir / f"{row['file']}.cubin", in_dir / f"{row['file']}.cu"
-        done = subprocess.run([*NVCC, "-o", str(cubin), str(source)], capture_output=True,
-                              text=True)
+        done = subprocess.run([*NVCC, *row.get("nvcc_flags", []), "-o", str(cubin),
+                               str(source)], capture_output=True, text=True)
         return done.stderr[-400:] if done.returncode else ""
 
     with ThreadPoolExecutor(parallel) as pool:
         errors = dict(zip([r["file"] for r in gpu_rows], pool.map(compile_one, gpu_rows),
                           strict=True))
 
-    def check(row: dict) -> tuple[str, dict]:
+    results: dict[str, dict] = {}
+    lock = threading.Lock()
+
+    def check(row: dict) -> None:
         if errors[row["file"]]:
-            return row["file"], {"compile_error": errors[row["file"]]}
-        race, race_log = _sanitize(in_dir, row["file"], "racecheck")
-        sync, sync_log = _sanitize(in_dir, row["file"], "synccheck")
-        return row["file"], {"racecheck": race, "synccheck": sync, "race_log": race_log,
-                             "sync_log": sync_log}
+            results[row["file"]] = {"compile_error": errors[row["file"]]}
+            return
+        race, race_log, race_rc = _sanitize(in_dir, row["file"], "racecheck", log_dir)
+        sync, sync_log, sync_rc = _sanitize(in_dir, row["file"], "synccheck", log_dir)
+        with lock:
+            results[row["file"]] = {"racecheck": race, "synccheck": sync,
+                                    "race_log": race_log, "sync_log": sync_log,
+                                    "race_rc": race_rc, "sync_rc": sync_rc}
+            if results_file is not None:  # kept up to date: a cut-off run keeps what it did
+                results_file.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"sanitized {row['file']}: racecheck {race}, synccheck {sync}", flush=True)
 
     with ThreadPoolExecutor(parallel) as pool:
-        results = dict(pool.map(check, gpu_rows))
+        list(pool.map(check, gpu_rows))
     if results_file is not None:
         results_file.write_text(json.dumps(results, indent=2) + "\n")
     return print_table(rows, results, in_dir)
@@ -283,6 +400,27 @@ def _uses_bar_arrive(in_dir: Path | None, row: dict) -> bool:
     if in_dir is None or not (in_dir / f"{row['file']}.cu").exists():
         return False
     return "bar.arrive" in (in_dir / f"{row['file']}.cu").read_text()
+
+
+def split_findings(row: dict) -> tuple[set[str], set[str]]:
+    """racecheck's error kinds of ``row``: (what compute-sanitizer can also see, what only
+    tilewave sees: ``PROXY`` and races with an async-proxy unit on one side)."""
+    findings = row.get("racecheck_findings")
+    if findings is None:  # a manifest from before findings were recorded
+        kinds = set(row.get("racecheck_kinds", []))
+        return kinds - {"PROXY"}, kinds & {"PROXY"}
+    both: set[str] = set()
+    only: set[str] = set()
+    for finding in findings:
+        kind = finding["kind"]
+        if kind == "PROXY":
+            only.add(kind)
+        elif kind in RACES and any(a in actor for actor in finding["actors"]
+                                   for a in ASYNC_ACTORS):
+            only.add(f"{kind} (async proxy)")
+        else:
+            both.add(kind)
+    return both, only
 
 
 def print_table(rows: list[dict], results: dict[str, dict], in_dir: Path | None = None) -> int:
@@ -300,16 +438,17 @@ def print_table(rows: list[dict], results: dict[str, dict], in_dir: Path | None 
           "| agree | only tilewave sees |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
-        kinds = set(row.get("racecheck_kinds", []))
-        mine = ", ".join(sorted(kinds)) or "clean"
         if "error" in row:
             print(f"| {row['kernel']} | {row['variant']} | build error: {row['error'][:60]} "
                   "| - | - | - | - |")
             continue
-        only = ", ".join(sorted(kinds & {"PROXY"}))
+        kinds, only_kinds = split_findings(row)
+        mine = ", ".join(sorted(kinds | only_kinds)) or "clean"
+        only = ", ".join(sorted(only_kinds))
         result = results.get(row["file"])
         if result is None:
-            why = "needs host TMA tensor maps" if row.get("needs_tensor_maps") else "not run"
+            why = "needs host TMA tensor maps" if row.get("needs_tensor_maps") and \
+                "launch" not in row else "not run"
             print(f"| {row['kernel']} | {row['variant']} | {mine} | {why} | - | - | {only} |")
             continue
         if "compile_error" in result:
@@ -341,7 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--emit", type=Path, help="lower, racecheck and write CUDA sources")
     parser.add_argument("--run", type=Path, help="compile and run under compute-sanitizer")
-    parser.add_argument("--results", type=Path, help="with --run: write the sanitizer logs here")
+    parser.add_argument("--results", type=Path,
+                        help="with --run: write the sanitizer counts and log tails here")
+    parser.add_argument("--logs", type=Path, help="with --run: keep every sanitizer log here")
     parser.add_argument("--table", nargs=2, type=Path, metavar=("DIR", "RESULTS"),
                         help="reprint the table of an earlier --run from its --results file")
     parser.add_argument("--launch", nargs=2, metavar=("DIR", "SLUG"), help=argparse.SUPPRESS)
@@ -363,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
             print("racecheck_agreement: no nvcc / compute-sanitizer here; skipping the GPU "
                   "side (run --run DIR on the H100)")
             return 0
-        return run(args.run, results_file=args.results)
+        return run(args.run, results_file=args.results, log_dir=args.logs)
     return 0
 
 
