@@ -59,6 +59,7 @@ class Kernel:
 
 
 _MOD_RE = re.compile(r"\b(offen|lds|offset:(\d+)|vmcnt\((\d+)\)|lgkmcnt\((\d+)\))")
+_SEL_RE = re.compile(r"\b(op_sel|op_sel_hi|neg_lo|neg_hi):\[([01,]+)\]")
 
 
 def parse(asm: str) -> Kernel:
@@ -97,7 +98,9 @@ def parse(asm: str) -> Kernel:
             labels[line[:-1]] = len(code)
             continue
         opcode, _, rest = line.partition(" ")
-        mods: dict[str, object] = {}
+        mods: dict[str, object] = {k: [int(b) for b in v.split(",")]
+                                   for k, v in _SEL_RE.findall(rest)}
+        rest = _SEL_RE.sub("", rest)
         for m in _MOD_RE.finditer(rest):
             tok = m.group(1)
             if tok.startswith("offset:"):
@@ -935,8 +938,46 @@ def _v_mov_b64(sim: Simulator, w: Wave, ins: Inst) -> None:
         sim.vdst(w, f"v{r[1] + i}", np.zeros(LANES, dtype=np.uint32))
 
 
+def _packed_f32(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """v_pk_{add,mul,fma}_f32 on register pairs; op_sel picks each source's element for the
+    low result, op_sel_hi for the high one (default: low from element 0, high from 1);
+    neg_lo / neg_hi negate a source's element for the low / high result. A source that is
+    not a pair (an SGPR or a constant) is read as the same value for both elements."""
+    dst, *srcs = ins.operands
+    mods = ins.mods
+    sel = mods.get("op_sel", [0] * len(srcs))
+    sel_hi = mods.get("op_sel_hi", [1] * len(srcs))
+    halves = []
+    for text in srcs:
+        r = _reg(text)
+        if r is not None and r[2] == 2:
+            if r[0] == "v" and r[1] % 2:
+                raise SimulationError(f"`{ins.line}`: VGPR pair {text} is not 64-bit aligned")
+            halves.append([_bits_f32(sim.vsrc(w, f"{r[0]}{r[1] + i}")) if r[0] == "v" else
+                           _bits_f32(np.full(LANES, sim.sval(w, f"s{r[1] + i}"), np.uint32))
+                           for i in range(2)])
+        else:
+            value = _bits_f32(sim.vsrc(w, text))
+            halves.append([value, value])
+    fn = {"v_pk_add_f32": lambda a, b: a + b, "v_pk_mul_f32": lambda a, b: a * b,
+          "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)}
+    negate = (mods.get("neg_lo", [0] * len(srcs)), mods.get("neg_hi", [0] * len(srcs)))
+    r = _reg(dst)
+    if r is None or r[0] != "v" or r[2] != 2 or r[1] % 2:
+        raise SimulationError(f"`{ins.line}`: the destination is not an aligned VGPR pair")
+    results = []
+    for out, select in enumerate((sel, sel_hi)):
+        args = [-h[select[i]] if negate[out][i] else h[select[i]]
+                for i, h in enumerate(halves)]
+        with np.errstate(all="ignore"):
+            results.append(_f32_bits(fn[ins.opcode](*args)))
+    for out, value in enumerate(results):  # both halves read before either is written
+        sim.vdst(w, f"v{r[1] + out}", value)
+
+
 _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
     "v_mov_b64": _v_mov_b64,
+    "v_pk_add_f32": _packed_f32, "v_pk_mul_f32": _packed_f32, "v_pk_fma_f32": _packed_f32,
     "v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas,
     **{op: _valu_f64 for op in (*_F64, "v_cvt_f64_f32", "v_cvt_f64_i32", "v_cvt_f32_f64",
                                 "v_cvt_i32_f64")},

@@ -218,35 +218,6 @@ def _ds_write_hi(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
     sim.issue(w, "lgkm", set(), apply, ins.line)
 
 
-def _packed_f32(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    """v_pk_{add,mul,fma}_f32 on register pairs; op_sel picks each source's element for the
-    low result, op_sel_hi for the high one (default: low from element 0, high from 1);
-    neg_lo / neg_hi negate a source's element for the low / high result."""
-    dst, *srcs = _operands(ins)
-    mods = _mods(ins)
-    sel = mods.get("op_sel", [0] * len(srcs))
-    sel_hi = mods.get("op_sel_hi", [1] * len(srcs))
-    halves = []
-    for text in srcs:
-        r = _reg(text)
-        if r is not None and r[2] == 2:
-            halves.append([_bits_f32(sim.vsrc(w, f"{r[0]}{r[1] + i}")) if r[0] == "v" else
-                           _bits_f32(np.full(LANES, sim.sval(w, f"s{r[1] + i}"), np.uint32))
-                           for i in range(2)])
-        else:
-            value = _bits_f32(sim.vsrc(w, text))
-            halves.append([value, value])
-    fn = {"v_pk_add_f32": lambda a, b: a + b, "v_pk_mul_f32": lambda a, b: a * b,
-          "v_pk_fma_f32": lambda a, b, c: (a.astype(np.float64) * b + c).astype(np.float32)}
-    negate = (mods.get("neg_lo", [0] * len(srcs)), mods.get("neg_hi", [0] * len(srcs)))
-    r = _reg(dst)
-    assert r is not None
-    for out, select in enumerate((sel, sel_hi)):
-        args = [-h[select[i]] if negate[out][i] else h[select[i]]
-                for i, h in enumerate(halves)]
-        sim.vdst(w, f"v{r[1] + out}", _f32_bits(fn[ins.opcode](*args)))
-
-
 def _valu64(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
     o = _operands(ins)
     if ins.opcode == "v_lshl_add_u64":  # d = (a << s) + b, 64 bits
@@ -336,7 +307,6 @@ _LLVM_HANDLERS = {
                                                      "byte", "short_d16_hi")},
     "ds_read2_b32": _ds_read2, "ds_read2_b64": _ds_read2, "ds_read2st64_b32": _ds_read2,
     "ds_write_b16_d16_hi": _ds_write_hi,
-    "v_pk_add_f32": _packed_f32, "v_pk_mul_f32": _packed_f32, "v_pk_fma_f32": _packed_f32,
     "v_lshl_add_u64": _valu64, "v_lshlrev_b64": _valu64,
     **{op: _salu_carry for op in ("s_add_u32", "s_addc_u32", "s_add_i32", "s_lshl_b64",
                                   "s_movk_i32", "s_mulk_i32", "s_cmpk_lg_i32")},

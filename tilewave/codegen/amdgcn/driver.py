@@ -24,6 +24,7 @@ from tilewave.codegen.amdgcn.metadata import (
     metadata_yaml,
     resources,
 )
+from tilewave.codegen.amdgcn.pack_f32 import pack_f32_pairs
 from tilewave.codegen.amdgcn.peephole import drop_final_exec_restore, fuse, pair_zero_moves
 from tilewave.codegen.amdgcn.regalloc import allocate
 from tilewave.codegen.amdgcn.render import assign, format_body
@@ -122,7 +123,7 @@ def compile_device_func(func: tirx.PrimFunc, target: Any) -> CompiledKernel:
     """Run the backend stages on a device PrimFunc (lowered, or written with bindings)."""
     info = _require_asm_target(target)
     selected = select(func, info)
-    fused = drop_final_exec_restore(pair_zero_moves(fuse(selected)))
+    fused = drop_final_exec_restore(pair_zero_moves(pack_f32_pairs(fuse(selected))))
     limits = {"v": min(ARCH_VGPRS, info.vgprs), "s": info.sgprs}
     scheduled = wait_before_loops(hoist_loads(fused))
     try:

@@ -84,7 +84,7 @@ _VOP3 = (
     "v_bfe_u32 v_mad_u32_u24 v_cndmask_b32_e64 v_mbcnt_lo_u32_b32 v_mbcnt_hi_u32_b32 "
     "v_readlane_b32 v_writelane_b32 v_pk_fma_f16 v_bfe_i32 v_mul_hi_u32 v_mul_hi_i32 "
     "v_ldexp_f32 v_div_scale_f32 v_div_fmas_f32 v_div_fixup_f32 v_add_f64 v_mul_f64 "
-    "v_fma_f64 v_max_f64 v_min_f64"
+    "v_fma_f64 v_max_f64 v_min_f64 v_pk_fma_f32 v_pk_add_f32 v_pk_mul_f32"
 ).split()
 # kernel-IR names of v_fma_f32 with a negated source (render.py prints the '-')
 _VOP3 += ["v_fma_f32_nega", "v_fma_f32_negc"]

@@ -3,8 +3,11 @@
 Blocks are split at labels and after branches. Liveness is the classic backward dataflow
 ``live_in(B) = use(B) ∪ (live_out(B) − def(B))``, ``live_out(B) = ∪ live_in(succ)``,
 iterated to a fixed point, so a value read in a loop body and written later in it (a
-loop-carried accumulator) is live across the back edge. A write to part of a range
-(:class:`~tilewave.codegen.amdgcn.kir.Sub`) does not kill the range.
+loop-carried accumulator) is live across the back edge. The dataflow runs over single
+registers of ranges (*units*): a write to part of a range
+(:class:`~tilewave.codegen.amdgcn.kir.Sub`) kills the units it writes and no others, so a
+range whose halves are written one after the other (a packed pair, see :mod:`.pack_f32`)
+is not live before its first write. A range is live where any of its units is.
 
 :func:`live_intervals` turns the per-instruction live sets into one interval per register
 over the layout order — the input of the linear-scan allocator. Because loops are laid out
@@ -84,38 +87,60 @@ def build_cfg(instrs: list[Instr | Label]) -> list[Block]:
     return blocks
 
 
+Unit = tuple[VReg, int]
+
+
+def _units(op: object) -> list[Unit]:
+    if isinstance(op, VReg):
+        return [(op, i) for i in range(op.width)]
+    if isinstance(op, Sub):
+        return [(op.reg, op.index + i) for i in range(op.width)]
+    return []
+
+
+def instr_unit_defs_uses(ins: Instr) -> tuple[set[Unit], set[Unit]]:
+    """The units (``(range, index)``) ``ins`` writes and the units it reads."""
+    defs = {u for op in ins.defs for u in _units(op)}
+    uses = {u for op in ins.uses for u in _units(op)}
+    return defs, uses
+
+
 def liveness(program: Program) -> tuple[list[Block], list[set[VReg]]]:
     """Blocks with live-in/live-out sets and, per position, the registers live after it."""
     body = program.body
     blocks = build_cfg(body)
     summaries = []
     for blk in blocks:
-        gen: set[VReg] = set()
-        kill: set[VReg] = set()
+        gen: set[Unit] = set()
+        kill: set[Unit] = set()
         for pos in range(blk.start, blk.end):
             ins = body[pos]
             if isinstance(ins, Instr):
-                defs, uses = instr_defs_uses(ins)
+                defs, uses = instr_unit_defs_uses(ins)
                 gen |= uses - kill
                 kill |= defs
         summaries.append((gen, kill))
+    unit_in: list[set[Unit]] = [set() for _ in blocks]
+    unit_out: list[set[Unit]] = [set() for _ in blocks]
     changed = True
     while changed:
         changed = False
         for blk in reversed(blocks):
-            out = set().union(*(blocks[s].live_in for s in blk.succs)) if blk.succs else set()
+            out = set().union(*(unit_in[s] for s in blk.succs)) if blk.succs else set()
             gen, kill = summaries[blk.index]
             new_in = gen | (out - kill)
-            if out != blk.live_out or new_in != blk.live_in:
-                blk.live_out, blk.live_in, changed = out, new_in, True
+            if out != unit_out[blk.index] or new_in != unit_in[blk.index]:
+                unit_out[blk.index], unit_in[blk.index], changed = out, new_in, True
     live_after: list[set[VReg]] = [set() for _ in body]
     for blk in blocks:
-        live = set(blk.live_out)
+        blk.live_in = {reg for reg, _ in unit_in[blk.index]}
+        blk.live_out = {reg for reg, _ in unit_out[blk.index]}
+        live = set(unit_out[blk.index])
         for pos in range(blk.end - 1, blk.start - 1, -1):
-            live_after[pos] = set(live)
+            live_after[pos] = {reg for reg, _ in live}
             ins = body[pos]
             if isinstance(ins, Instr):
-                defs, uses = instr_defs_uses(ins)
+                defs, uses = instr_unit_defs_uses(ins)
                 live = (live - defs) | uses
     return blocks, live_after
 
