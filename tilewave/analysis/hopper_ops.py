@@ -111,7 +111,7 @@ def mbarrier_implications(body: Any) -> dict[Any, set[Any]]:
                 if barrier is not None:
                     out.append((mbarrier_role(node), barrier))
 
-        post_order_visit(stmt, check)
+        post_order_visit(stmt, check, (ir.expr.Call,))
         return out
 
     def visit(node: Any) -> None:
@@ -123,7 +123,7 @@ def mbarrier_implications(body: Any) -> dict[Any, set[Any]]:
                 else:
                     implied.setdefault(barrier, set()).update(seen)
 
-    post_order_visit(body, visit)
+    post_order_visit(body, visit, (tirx.For,))
     return implied
 
 
@@ -142,7 +142,7 @@ def _branch_mbarriers(branch: Any) -> tuple[set[Any], set[Any]]:
             if barrier is not None:
                 (waited if role == "wait" else arrived).add(barrier)
 
-    post_order_visit(branch, check)
+    post_order_visit(branch, check, (ir.expr.Call,))
     return waited, arrived
 
 
@@ -210,7 +210,7 @@ def descriptor_sources(body: Any) -> dict[Any, list[DescriptorSource]]:
         code = int(swizzle.value) if isinstance(swizzle, tirx.IntImm) else None
         found.setdefault(target, []).append(DescriptorSource(source[0], source[1], code))
 
-    post_order_visit(body, check)
+    post_order_visit(body, check, (ir.expr.Call,))
     return found
 
 

@@ -456,7 +456,8 @@ def _overlap(
         return False
     if distinct_a[-1] < distinct_b[0] or distinct_b[-1] < distinct_a[0]:
         return False
-    common = np.intersect1d(distinct_a, distinct_b, assume_unique=True)
+    at = np.minimum(np.searchsorted(distinct_b, distinct_a), distinct_b.size - 1)
+    common = distinct_a[distinct_b[at] == distinct_a]  # both sorted and distinct
     if common.size == 0:
         return False
     if not same_thread_ordered:

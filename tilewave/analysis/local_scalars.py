@@ -59,7 +59,7 @@ def single_assignment_scalars(func: Any) -> dict[Any, Any]:
                     source = getattr(inner, "source", inner)
                     counts[source] = counts.get(source, 0) + 2
 
-    post_order_visit(func.body, count)
+    post_order_visit(func.body, count, (tirx.BufferStore, ir.expr.Call))
     values: dict[Any, Any] = {}
     for store in _top_level_stores(func.body):
         buffer = store.buffer
@@ -87,7 +87,7 @@ def _loads_memory(expr: Any) -> bool:
         if type(node).__name__ == "TensorLoad" or isinstance(node, ir.expr.Call):
             found = True
 
-    post_order_visit(expr, check)
+    post_order_visit(expr, check, (ir.expr.TensorLoad, ir.expr.Call))
     return found
 
 

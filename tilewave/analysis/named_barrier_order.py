@@ -147,7 +147,7 @@ def arrive_barrier_ids(func: Any) -> set[int | None]:
             if name.startswith(("tirx.ptx.bar", "tirx.ptx.barrier")) and "arrive" in name:
                 found.add(barrier_id(node))
 
-    post_order_visit(func.body, check)
+    post_order_visit(func.body, check, (tirx.Evaluate,))
     return found
 
 
@@ -176,7 +176,7 @@ def _id_uses(func: Any) -> dict[int, int]:
             ):
                 uses[_ANY_ID] = uses.get(_ANY_ID, 0) + 1
 
-    post_order_visit(func.body, count)
+    post_order_visit(func.body, count, (ir.expr.Call,))
     return uses
 
 
@@ -195,7 +195,7 @@ def thread_tags(func: Any) -> dict[Any, str]:
             if isinstance(iv, tirx.IterVar) and str(iv.thread_tag).startswith("threadIdx"):
                 tags[iv.var] = str(iv.thread_tag)
 
-    post_order_visit(func.body, check)
+    post_order_visit(func.body, check, (tirx.For, tirx.AttrStmt))
     return tags
 
 

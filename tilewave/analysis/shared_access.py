@@ -142,6 +142,8 @@ class AccessScope:
     resolved_values: Mapping[Any, Any] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: ``(hash(var), hash(value))`` of ``bindings`` (node handles), built incrementally
+    binding_keys: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
 
     @functools.cached_property
     def _identity(self) -> tuple[Any, ...]:
@@ -153,8 +155,14 @@ class AccessScope:
                 for lp in self.loops
             ),
             tuple((hash(cond), holds) for cond, holds in self.conditions),
-            tuple((hash(var), hash(value)) for var, value in self.bindings),
+            self._binding_keys(),
         )
+
+    def _binding_keys(self) -> tuple[tuple[int, int], ...]:
+        if len(self.binding_keys) != len(self.bindings):  # built without binding()
+            keys = tuple((hash(var), hash(value)) for var, value in self.bindings)
+            object.__setattr__(self, "binding_keys", keys)
+        return self.binding_keys
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AccessScope) and self._identity == other._identity
@@ -165,21 +173,25 @@ class AccessScope:
     def within_loop(self, loop: LoopRange) -> AccessScope:
         """This scope inside one more loop."""
         return AccessScope(
-            (*self.loops, loop), self.conditions, self.bindings, self.resolved_values
+            (*self.loops, loop), self.conditions, self.bindings, self.resolved_values,
+            self.binding_keys,
         )
 
     def assuming(self, condition: Any, holds: bool = True) -> AccessScope:
         """This scope inside a branch on ``condition``."""
         return AccessScope(
             self.loops, (*self.conditions, (condition, holds)), self.bindings,
-            self.resolved_values,
+            self.resolved_values, self.binding_keys,
         )
 
     def binding(self, var: Any, value: Any) -> AccessScope:
         """This scope after ``Bind(var, value)``."""
         values = dict(self.resolved_values)
         values[var] = self.resolve(value)
-        return AccessScope(self.loops, self.conditions, (*self.bindings, (var, value)), values)
+        keys = (*self._binding_keys(), (hash(var), hash(value)))
+        return AccessScope(
+            self.loops, self.conditions, (*self.bindings, (var, value)), values, keys
+        )
 
     def resolve(self, expr: Any) -> Any:
         """``expr`` with the bound variables replaced by their values (transitively)."""
@@ -633,7 +645,9 @@ def touches_shared_or_sync(stmt: Any) -> bool:
         elif isinstance(node, ir.expr.Call) and shared_buffers_addressed(node):
             found = True
 
-    post_order_visit(stmt, check)
+    post_order_visit(
+        stmt, check, (tirx.BufferStore, tirx.Evaluate, ir.expr.TensorLoad, ir.expr.Call)
+    )
     return found
 
 
@@ -660,7 +674,7 @@ def collect_thread_extents(func: Any) -> dict[ir.expr.Var, int]:
                 value = node.value
                 extents[iv.var] = int(value.value) if isinstance(value, tirx.IntImm) else 0
 
-    post_order_visit(func.body, check)
+    post_order_visit(func.body, check, (tirx.For, tirx.AttrStmt))
     return extents
 
 
@@ -674,7 +688,7 @@ def repeated_loops(body: Any) -> set[Any]:
         if isinstance(node, tirx.For):
             (repeated if node in seen else seen).add(node)
 
-    post_order_visit(body, check)
+    post_order_visit(body, check, (tirx.For,))
     return repeated
 
 
@@ -696,7 +710,7 @@ def is_thread_dependent(
         elif type(node).__name__ == "TensorLoad" and not any(node.source.same_as(b) for b in same):
             found = True  # a loaded value may differ between threads
 
-    post_order_visit(expr, check)
+    post_order_visit(expr, check, (ir.expr.Var, ir.expr.TensorLoad))
     return found
 
 

@@ -79,12 +79,12 @@ def _locals_reached_by_calls(body: Any) -> list[Any]:
 
     def check(node: Any) -> None:
         if isinstance(node, tirx.Evaluate):
-            post_order_visit(node.value, add_buffers)
+            post_order_visit(node.value, add_buffers, (ir.expr.Var,))
         elif isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
             if node.op.name == "tirx.buffer_data":
-                post_order_visit(node, add_buffers)
+                post_order_visit(node, add_buffers, (ir.expr.Var,))
 
-    post_order_visit(body, check)
+    post_order_visit(body, check, (tirx.Evaluate, ir.expr.Call))
     return found
 
 

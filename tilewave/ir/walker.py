@@ -366,17 +366,21 @@ def _prune(_value: Any, _visitor: Any) -> None:
     return None  # types are not walked
 
 
-def post_order_visit(node: Any, callback: Callable[[Any], None]) -> None:
+def post_order_visit(
+    node: Any, callback: Callable[[Any], None], types: tuple[type, ...] | None = None
+) -> None:
     """Call ``callback`` on every statement and expression under ``node``, children first
     (a call's operator before its arguments), in field order; types are not entered.
 
-    The walk runs in C++ (``tvm_ffi``'s structural visitor); Python runs only the callback.
+    With ``types``, ``callback`` sees only nodes of those classes (subclasses included) and
+    the rest of the tree is walked without calling Python. The walk runs in C++
+    (``tvm_ffi``'s structural visitor).
     """
     if node is None:
         return
     if isinstance(node, (list, tuple)):
         for item in node:
-            post_order_visit(item, callback)
+            post_order_visit(item, callback, types)
         return
 
     def on_node(value: Any, visitor: Any) -> None:
@@ -388,6 +392,10 @@ def post_order_visit(node: Any, callback: Callable[[Any], None]) -> None:
         _default_visit(visitor, value)
         callback(value)
 
-    entries = [(_TYPE_ENTRY, _prune), (_CALL_ENTRY, on_call)]
-    entries += [(index, on_node) for index in _NODE_ENTRIES]
+    entries = [(_TYPE_ENTRY, _prune)]
+    if types is None:
+        entries.append((_CALL_ENTRY, on_call))
+        entries += [(index, on_node) for index in _NODE_ENTRIES]
+    else:
+        entries += [(_TYPE_INDEX(cls, api_name="tilewave.walker"), on_node) for cls in types]
     _structural_visit(node, entries)

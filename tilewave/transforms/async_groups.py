@@ -47,7 +47,7 @@ def has_commits(body: Any) -> bool:
             if action is not None and (action.commits or action.kind is SyncKind.ASYNC_COMMIT):
                 found = True
 
-    post_order_visit(body, check)
+    post_order_visit(body, check, (tirx.Evaluate,))
     return found
 
 
@@ -166,7 +166,7 @@ def _waits_on_groups(body: Any) -> bool:
             action = sync_action(node)
             found = found or (action is not None and action.groups)
 
-    post_order_visit(body, check)
+    post_order_visit(body, check, (tirx.Evaluate,))
     return found
 
 

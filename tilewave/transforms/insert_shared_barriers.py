@@ -385,10 +385,12 @@ class _Placer:
 
     def conflicts(self, access: SharedAccess, state: Iterable[_Instance]) -> list[_Instance]:
         """The pending instances ``access`` may race with."""
+        writes = access.kind.writes
         return [
             inst
             for inst in state
-            if may_conflict(
+            if (writes or inst.access.kind.writes)
+            and may_conflict(
                 inst.access,
                 access,
                 self.thread_extents,
@@ -596,6 +598,8 @@ class _Placer:
         if action is not None and action.kind not in _MBARRIER_SYNC:
             return [stmt], self.sync(stmt, state, divergent, scope)
         accesses = self.accesses(stmt, scope, owner)
+        if not accesses and action is None:
+            return [stmt], state  # registers and global memory only
         self.check_within_statement(stmt, accesses)
         barrier, state = self.barrier_before(accesses, state)
         if barrier is not None and divergent:
