@@ -43,6 +43,15 @@ from tilewave.analysis.hopper_ops import (
 from tilewave.analysis.local_scalars import ScalarForwarder
 from tilewave.analysis.region_proof import ANY, FAR, analysable, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
+from tilewave.analysis.storage_identity import (
+    BufferStorage,
+    StorageMap,
+    StorageRelation,
+    common_unit,
+    storage_relation,
+    unit_index,
+)
+from tilewave.analysis.uniform_writes import writes_same_everywhere
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
 from tilewave.ir.walker import TIRVisitor, post_order_visit, substitute
@@ -244,6 +253,9 @@ class SharedAccess:
     #: is not the lane whose registers the data moves through) or one the async proxy
     #: makes (a TMA's ``complete_tx`` on its mbarrier)
     collective: bool = False
+    #: where the buffer's bytes are (:mod:`tilewave.analysis.storage_identity`); ``None``
+    #: when the caller gave no storage map (then two buffers are two memories)
+    storage: BufferStorage | None = field(default=None, repr=False)
 
     @functools.cached_property
     def resolved_indices(self) -> tuple[Any, ...] | None:
@@ -454,8 +466,10 @@ class _AccessCollector(TIRVisitor):
         func_name: str | None,
         descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
         scalars: Mapping[Any, Any] | None = None,
+        storage: StorageMap | None = None,
     ) -> None:
         self.accesses: list[SharedAccess] = []
+        self._storage = storage
         self._descriptors = descriptors
         self._scalars = scalars
         self._stmt = stmt
@@ -481,6 +495,8 @@ class _AccessCollector(TIRVisitor):
         access.completes_on = completes_on
         access.collective = collective
         access.scalars = self._scalars
+        if self._storage is not None:
+            access.storage = self._storage.of(buffer)
         self.accesses.append(access)
 
     def visit_TensorLoad(self, node: Any) -> None:
@@ -595,13 +611,16 @@ def statement_accesses(
     func_name: str | None = None,
     descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
     scalars: Mapping[Any, Any] | None = None,
+    storage: StorageMap | None = None,
 ) -> list[SharedAccess]:
     """Shared accesses of one leaf statement (or of an ``if``/``while`` condition), in order.
 
     ``loops`` is the statement's :class:`AccessScope` (or just its loops); ``descriptors``
     (:func:`tilewave.analysis.hopper_ops.descriptor_sources` of the function) lets a
     ``wgmma`` report the shared tiles it reads through its matrix descriptors; ``scalars``
-    (single-assignment local scalars with their values) are seen through in indices.
+    (single-assignment local scalars with their values) are seen through in indices;
+    ``storage`` (:func:`tilewave.analysis.storage_identity.storage_map` of the function)
+    gives each access its buffer's storage, so views of one allocation conflict.
 
     For a ``BufferStore`` the loads of the value and indices come first, then the write.
     A call that takes a shared buffer's address is classified through the op table and
@@ -612,7 +631,7 @@ def statement_accesses(
         UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.
     """
     scope = loops if isinstance(loops, AccessScope) else AccessScope(tuple(loops))
-    collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars)
+    collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
     if isinstance(stmt, tirx.BufferStore):
         collector.visit(stmt.value)
         collector.visit(stmt.indices)
@@ -881,14 +900,31 @@ def may_conflict(
     :data:`ANY` unknown); by default
     every loop variable is independent. Two atomics never conflict with each other (the
     hardware orders them). An async write is also unordered with respect to its own
-    thread, so per-thread ownership is not used for it.
+    thread, so per-thread ownership is not used for it. Two stores that every thread makes
+    with the same element and value
+    (:func:`tilewave.analysis.uniform_writes.writes_same_everywhere`) need no order.
+
+    Accesses of two buffers conflict when their bytes may overlap in one storage (views
+    of one allocation, ``shared.dyn`` buffers TVM merges later; see
+    :mod:`tilewave.analysis.storage_identity`, used when the accesses carry a storage):
+    they are compared as accesses of the allocation in units common to both.
     """
-    if not a.buffer.same_as(b.buffer):
-        return False
     if not (a.kind.writes or b.kind.writes):
         return False
     if a.kind is AccessKind.ATOMIC and b.kind is AccessKind.ATOMIC:
         return False
+    if (
+        a.kind is AccessKind.WRITE
+        and b.kind is AccessKind.WRITE
+        and writes_same_everywhere(a, thread_extents)
+        and writes_same_everywhere(b, thread_extents)
+    ):
+        return False
+    if not a.buffer.same_as(b.buffer):
+        pair = _on_one_storage(a, b)
+        if isinstance(pair, bool):
+            return pair
+        a, b = pair
     if a.indices is None or b.indices is None or len(a.indices) != len(b.indices):
         return True
     ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind) and not (a.collective or b.collective)
@@ -906,6 +942,59 @@ def may_conflict(
             a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
         )
     return cached[key]
+
+
+def _on_one_storage(a: SharedAccess, b: SharedAccess) -> bool | tuple[SharedAccess, SharedAccess]:
+    """Accesses of two buffers: False when their memories are apart, True when they may
+    overlap where nothing more is known, else both as accesses of their common allocation
+    in common units."""
+    if a.storage is None or b.storage is None:
+        return False
+    relation = storage_relation(a.storage, b.storage)
+    if relation is StorageRelation.DISTINCT:
+        return False
+    if relation is StorageRelation.UNKNOWN or a.indices is None or b.indices is None:
+        return True
+    unit = common_unit(a.storage, b.storage)
+    view_a, view_b = _unit_view(a, unit), _unit_view(b, unit)
+    if view_a is None or view_b is None:
+        return True
+    return view_a, view_b
+
+
+_UNIT_VIEWS: weakref.WeakKeyDictionary[SharedAccess, dict[int, SharedAccess | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _unit_view(access: SharedAccess, unit: int) -> SharedAccess | None:
+    """``access`` as an access of its allocation's ``unit``-byte slots: one index, plus a
+    loop over the slots one element covers (cached, so proofs about it are cached too)."""
+    views = _UNIT_VIEWS.setdefault(access, {})
+    if unit in views:
+        return views[unit]
+    storage = access.storage
+    index = None
+    if storage is not None and storage.root is not None and access.indices is not None:
+        index = unit_index(storage, access.indices, unit)
+    view = None
+    if index is not None and storage is not None and storage.root is not None:
+        loops = access.loops
+        slots = storage.itemsize // unit
+        if slots > 1:
+            dtype = str(index.ty)
+            slot = tirx.Var(f"{access.buffer.name}_slot", dtype)
+            index = index + slot
+            bounds = (tirx.IntImm(dtype, 0), tirx.IntImm(dtype, slots))
+            loops = (*loops, LoopRange(slot, 0, slots, bounds=bounds))
+        view = SharedAccess(storage.root, access.kind, (index,), access.stmt, loops, access.scope)
+        view.async_domain = access.async_domain
+        view.completes_on = access.completes_on
+        view.scalars = access.scalars
+        view.collective = access.collective
+        view.mbarrier_access = access.mbarrier_access
+    views[unit] = view
+    return view
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,13 @@ at an ``if`` (a condition on the thread index) run both branches concurrently: e
 across the two branches is checked. Barriers under divergent control flow synchronise nothing (they
 deadlock or are undefined); :func:`find_divergent_barriers` lists them.
 
+Buffers are memory, not names: accesses of two buffers conflict when their bytes may meet
+in one allocation (``decl_buffer`` views, StorageRewrite's reuse, the dynamic shared block
+TVM's merge lays out), in the verifier's own model (:mod:`tilewave.analysis.storage_model`).
+
 This is deliberately independent of :mod:`tilewave.transforms.insert_shared_barriers`:
-it shares only the per-statement facts of :mod:`tilewave.analysis.shared_access`.
+it shares only the per-statement facts of :mod:`tilewave.analysis.shared_access` (not its
+storage identity).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ from tilewave.analysis.shared_access import (
     statement_accesses,
     sync_action,
 )
+from tilewave.analysis.storage_model import SharedMemoryModel
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.analysis.warp_roles import role_of
 from tilewave.targets import get_target
@@ -153,6 +159,8 @@ class _Graph:
         #: thread-dependent loops around the statement being built (no warp role there)
         self.divergent_loops = 0
         self.extents: dict[Any, int] = {}
+        #: which buffers share memory (set by _build)
+        self.memory: SharedMemoryModel | None = None
         self._func_name = func_name
 
     def new(self, **kwargs: Any) -> int:
@@ -359,7 +367,8 @@ class _Search:
                 if lp is not None and d >= _EXITED
             }
             for other in node.accesses:
-                conflict = may_conflict(
+                conflict = _conflict(
+                    self.graph.memory,
                     access,
                     other,
                     self.thread_extents,
@@ -491,6 +500,23 @@ _MAX_NEWER = 8
 _EXITED = 16
 
 
+def _conflict(
+    memory: SharedMemoryModel | None,
+    a: SharedAccess,
+    b: SharedAccess,
+    thread_extents: dict[Any, int],
+    iterations: dict[Any, frozenset[int]] | None = None,
+    positions: dict[Any, int] | None = None,
+    finished: dict[Any, int] | None = None,
+) -> bool:
+    """``may_conflict`` for accesses of one buffer, the storage model for two buffers."""
+    if may_conflict(a, b, thread_extents, iterations, positions, finished):
+        return True
+    return memory is not None and memory.conflict(
+        a, b, thread_extents, iterations, positions, finished
+    )
+
+
 def _is_sync(stmt: Any) -> bool:
     """A ``bar.sync``/``barrier.sync`` (not an arrive)."""
     value = getattr(stmt, "value", None)
@@ -509,6 +535,7 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     graph.implied = mbarrier_implications(func.body)
     graph.tags = thread_tags(func)
     graph.extents = thread_extents
+    graph.memory = SharedMemoryModel(func)
     entry = graph.new()
     graph.build(func.body, entry, AccessScope(), False)
     block_threads = block_thread_count(thread_tags(func), thread_extents)
@@ -571,7 +598,8 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
     for node_id, node in enumerate(graph.nodes):
         for i, access in enumerate(node.accesses):
             for later in node.accesses[i + 1 :]:
-                if may_conflict(access, later, thread_extents, same_iteration(access, later)):
+                same = same_iteration(access, later)
+                if _conflict(graph.memory, access, later, thread_extents, same):
                     report(access, later)
             for other in search.reachable_conflicts(node_id, access, groups):
                 # a path from one branch of a split `if` into the other is a later execution
@@ -583,7 +611,7 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
                 if a.buffer in handed or b.buffer in handed:
                     continue  # passed between the branches through their mbarrier ring
                 # other iterations' pairs are found by the search around the back edge
-                if may_conflict(a, b, thread_extents, same_iteration(a, b)) and not (
+                if _conflict(graph.memory, a, b, thread_extents, same_iteration(a, b)) and not (
                     named_ordered(a, b, later=False) or named_ordered(b, a, later=False)
                 ):
                     report(a, b)

@@ -73,6 +73,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
     touches_shared_or_sync,
 )
+from tilewave.analysis.storage_identity import storage_map
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.analysis.warp_roles import WarpRole, role_of
 from tilewave.errors import (  # DivergentBarrierError re-exported: it used to live here
@@ -333,6 +334,8 @@ class _Placer:
         self.descriptors = descriptor_sources(func.body)
         self.implied = mbarrier_implications(func.body)
         self.scalars = single_assignment_scalars(func)
+        #: views of one allocation and merged dynamic shared buffers are one memory
+        self.storage = storage_map(func)
         self.target = target
         #: named-barrier ids ``(raw, war)`` of each warp-split ``if`` (reused every round)
         self._named_ids: dict[Any, tuple[int, int | None]] = {}
@@ -356,7 +359,7 @@ class _Placer:
         key = (owner if owner is not None else stmt, owner is not None, scope)
         if key not in self._access_cache:
             self._access_cache[key] = statement_accesses(
-                stmt, scope, self.func_name, self.descriptors, self.scalars
+                stmt, scope, self.func_name, self.descriptors, self.scalars, self.storage
             )
         return self._access_cache[key]
 

@@ -1,0 +1,268 @@
+"""Which shared storage a buffer lives in, and where: the barrier pass's storage identity.
+
+Two shared buffers are the same memory more often than their names suggest:
+
+* ``T.decl_buffer(shape, dtype, data=S.data)`` declares a view over ``S``'s bytes (with its
+  own element type and ``elem_offset``); TVM's ``StorageRewrite`` (which runs before the
+  barrier stage) turns buffers whose lifetimes do not overlap into such views;
+* every ``shared.dyn`` allocation ends up in one dynamic shared block: TVM's
+  ``MergeSharedMemoryAllocations`` (after the barrier stage) places them at offsets it
+  chooses and reuses memory between buffers whose uses do not overlap; under
+  ``tirx.merge_static_smem`` it merges static ``shared`` buffers the same way.
+
+:func:`storage_map` resolves every shared buffer of a function to a
+:class:`BufferStorage`: its *root* allocation, the byte offset of its data in the root and
+its element size. :func:`storage_relation` says what two buffers share:
+
+* ``SAME``: one root, both byte offsets known; :func:`unit_index` then writes an access's
+  index in units common to both element sizes, and the element-level proof of
+  :func:`tilewave.analysis.shared_access.may_conflict` compares the two;
+* ``UNKNOWN``: memory that may overlap at an unknown offset (two ``shared.dyn`` roots that
+  TVM's merge will place, a view whose data pointer is not read): may conflict;
+* ``DISTINCT``: separate allocations no later pass places together (static ``shared``
+  roots; ``shared.dyn`` roots that tilewave's own layout places apart, see
+  :func:`dynamic_shared_placed_apart`).
+
+The hazard verifier models storage again, independently (:mod:`.storage_model`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
+from tilewave.ir.walker import post_order_visit
+
+__all__ = [
+    "MERGE_STATIC_CONFIG",
+    "BufferStorage",
+    "StorageMap",
+    "StorageRelation",
+    "common_unit",
+    "dynamic_shared_placed_apart",
+    "storage_map",
+    "storage_relation",
+    "unit_index",
+]
+
+#: TVM's switch that makes ``MergeSharedMemoryAllocations`` merge static shared buffers too
+MERGE_STATIC_CONFIG = "tirx.merge_static_smem"
+_DYN = "shared.dyn"
+
+
+class StorageRelation(enum.Enum):
+    """How the memory of two shared buffers relates."""
+
+    #: never the same bytes
+    DISTINCT = "distinct"
+    #: one allocation, byte offsets known: compare byte ranges
+    SAME = "same"
+    #: may overlap at an unknown offset
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, eq=False)
+class BufferStorage:
+    """Where one shared buffer's elements are.
+
+    Attributes:
+        buffer: the buffer (a ``Var`` typed ``BufferType``).
+        root: the allocation whose bytes it uses (a buffer ``Var``), ``None`` when its data
+            pointer could not be read (may be any shared memory).
+        base: byte offset of the buffer's data pointer in ``root`` (``None``: unknown).
+        itemsize: bytes per element (1 for sub-byte types).
+        pool: the merged block the root goes to after the barrier stage (``"shared.dyn"``,
+            or ``"shared"`` under ``tirx.merge_static_smem``), ``None`` when no later pass
+            moves it.
+    """
+
+    buffer: ir.expr.Var
+    root: ir.expr.Var | None
+    base: int | None
+    itemsize: int
+    pool: str | None = None
+
+    @property
+    def elem_offset(self) -> int | None:
+        """The buffer's constant ``elem_offset`` (``None`` when symbolic)."""
+        offset = self.buffer.ty.elem_offset
+        return int(offset.value) if isinstance(offset, tirx.IntImm) else None
+
+    def flat_index(self, indices: tuple[Any, ...]) -> Any | None:
+        """The element offset from the data pointer of ``self.buffer[indices]`` (row-major
+        or by the buffer's strides, ``elem_offset`` included); ``None`` when not constant-
+        shaped or when an index is a vector."""
+        ty = self.buffer.ty
+        offset = self.elem_offset
+        if offset is None or any(isinstance(i, tirx.Ramp) for i in indices):
+            return None
+        shape = list(ty.shape)
+        strides = list(ty.strides) or _row_major(shape)
+        if strides is None or len(strides) != len(indices):
+            return None
+        flat: Any = None
+        for index, stride in zip(indices, strides, strict=True):
+            term = index if _is_one(stride) else index * stride
+            flat = term if flat is None else flat + term
+        if flat is None:
+            return None
+        return flat + offset if offset else flat
+
+
+def _is_one(expr: Any) -> bool:
+    return isinstance(expr, tirx.IntImm) and int(expr.value) == 1
+
+
+def _row_major(shape: list[Any]) -> list[Any] | None:
+    strides: list[Any] = []
+    running: Any = tirx.IntImm("int32", 1)
+    for extent in reversed(shape):
+        strides.append(running)
+        running = running * extent
+    return strides[::-1]
+
+
+def _itemsize(buffer: ir.expr.Var) -> int:
+    dtype = tvm.DataType(str(buffer.ty.dtype))
+    return max(1, dtype.bits * dtype.lanes // 8)
+
+
+@dataclass(frozen=True)
+class StorageMap:
+    """Every shared buffer of one function with its :class:`BufferStorage`.
+
+    Buffers the map does not know (declared outside the function body) are their own root.
+    """
+
+    storages: Mapping[Any, BufferStorage]
+
+    def of(self, buffer: ir.expr.Var) -> BufferStorage:
+        """The storage of ``buffer``."""
+        found = self.storages.get(buffer)
+        if found is not None:
+            return found
+        return BufferStorage(buffer, buffer, 0, _itemsize(buffer), _pool_of(buffer, False))
+
+
+def _pool_of(buffer: ir.expr.Var, merge_static: bool) -> str | None:
+    scope = buffer_scope(buffer)
+    if scope == _DYN or (merge_static and scope in SHARED_SCOPES):
+        return scope if scope == _DYN else "shared"
+    return None
+
+
+def dynamic_shared_placed_apart(func: tirx.PrimFunc) -> bool:
+    """True when the pipeline lays ``func``'s ``shared.dyn`` buffers out with tilewave's own
+    planner (:func:`tilewave.transforms.shared_layout.plan_dynamic_shared`: in allocation
+    order, without reuse), which it does when a statement takes the address of one of them;
+    otherwise TVM's ``MergeSharedMemoryAllocations`` places them and may reuse memory."""
+    return any(buffer_scope(b) == _DYN for b in shared_buffers_addressed(func.body))
+
+
+def _data_source(data: Any) -> tuple[ir.expr.Var, Any] | None:
+    """``(buffer, element indices)`` a data pointer expression points at: ``S.data`` is
+    ``(S, None)`` (the data pointer itself), ``T.address_of(S[i])`` is ``(S, (i,))``."""
+    if not isinstance(data, ir.expr.Call) or not isinstance(data.op, ir.Op):
+        return None
+    name = data.op.name
+    if name == "tirx.buffer_data" and data.args:
+        return data.args[0], None
+    if name == "tirx.address_of" and data.args and type(data.args[0]).__name__ == "TensorLoad":
+        load = data.args[0]
+        return load.source, tuple(load.indices)
+    return None
+
+
+def _constant(expr: Any) -> int | None:
+    simplified = tvm.sym.analyzer.Analyzer().simplify(expr)
+    return int(simplified.value) if isinstance(simplified, tirx.IntImm) else None
+
+
+def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) -> StorageMap:
+    """The storage of every shared buffer allocated or declared in ``func``.
+
+    Args:
+        func: the kernel.
+        config: the ``PassContext`` config the pipeline runs under (default: the current
+            one); ``tirx.merge_static_smem`` puts static shared buffers in one pool.
+    """
+    if config is None:
+        config = dict(tvm.transform.PassContext.current().config)
+    merge_static = bool(config.get(MERGE_STATIC_CONFIG, False))
+    # tilewave's planner lays such a kernel out by itself (TVM's merge never sees it)
+    apart = dynamic_shared_placed_apart(func)
+    storages: dict[Any, BufferStorage] = {}
+
+    def pool(buffer: ir.expr.Var) -> str | None:
+        return None if apart else _pool_of(buffer, merge_static)
+
+    def resolve(node: Any) -> None:
+        if isinstance(node, tirx.AllocBuffer):
+            buffer = node.buffer
+            if buffer_scope(buffer) in SHARED_SCOPES:
+                storages[buffer] = BufferStorage(buffer, buffer, 0, _itemsize(buffer), pool(buffer))
+        elif isinstance(node, tirx.DeclBuffer) and buffer_scope(node.buffer) in SHARED_SCOPES:
+            storages[node.buffer] = _view(node, storages, pool)
+
+    post_order_visit(func.body, resolve)  # a view's source is declared before it
+    return StorageMap(storages)
+
+
+def _view(
+    node: tirx.DeclBuffer,
+    storages: Mapping[Any, BufferStorage],
+    pool: Callable[[ir.expr.Var], str | None],
+) -> BufferStorage:
+    buffer = node.buffer
+    size = _itemsize(buffer)
+    if node.data is None:
+        return BufferStorage(buffer, buffer, 0, size, pool(buffer))
+    source = _data_source(node.data)
+    if source is None or source[0] not in storages:
+        return BufferStorage(buffer, None, None, size, pool(buffer))
+    under, indices = source
+    parent = storages[under]
+    base = parent.base
+    if base is not None and indices is not None:
+        flat = parent.flat_index(indices)
+        offset = _constant(flat) if flat is not None else None
+        base = None if offset is None else base + offset * parent.itemsize
+    return BufferStorage(buffer, parent.root, base, size, parent.pool)
+
+
+def storage_relation(a: BufferStorage, b: BufferStorage) -> StorageRelation:
+    """How the memory of two buffers relates (see the module doc)."""
+    if a.root is None or b.root is None:
+        return StorageRelation.UNKNOWN
+    if a.root.same_as(b.root):
+        if a.base is None or b.base is None:
+            return StorageRelation.UNKNOWN
+        return StorageRelation.SAME
+    if a.pool is not None and a.pool == b.pool:
+        return StorageRelation.UNKNOWN
+    return StorageRelation.DISTINCT
+
+
+def common_unit(a: BufferStorage, b: BufferStorage) -> int:
+    """The largest number of bytes that divides both element sizes and both byte offsets:
+    accesses of both buffers are whole units of it."""
+    return math.gcd(a.itemsize, b.itemsize, a.base or 0, b.base or 0)
+
+
+def unit_index(storage: BufferStorage, indices: tuple[Any, ...], unit: int) -> Any | None:
+    """The first ``unit``-sized slot of the root that ``storage.buffer[indices]`` covers (it
+    covers ``storage.itemsize // unit`` consecutive slots); ``None`` when not expressible."""
+    flat = storage.flat_index(indices)
+    if flat is None or storage.base is None:
+        return None
+    scale = storage.itemsize // unit
+    start = flat * scale if scale != 1 else flat
+    shift = storage.base // unit
+    return start + shift if shift else start

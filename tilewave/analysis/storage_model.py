@@ -1,0 +1,223 @@
+"""The hazard verifier's own model of shared storage (written apart from the barrier pass's
+:mod:`tilewave.analysis.storage_identity`, so the two do not share a blind spot).
+
+Every shared access is placed at **absolute byte addresses** of an allocation:
+
+* an ``AllocBuffer`` of a shared scope is an allocation; its element ``i`` is at bytes
+  ``[i * size, (i + 1) * size)``;
+* a ``DeclBuffer`` whose data is ``X.data`` or ``T.address_of(X[j])`` lies in ``X``'s
+  allocation at ``X``'s byte address (plus ``j``'s bytes), element size from its own dtype;
+  any other data pointer is an unknown place in shared memory;
+* ``shared.dyn`` allocations all share the dynamic shared block: a kernel that takes the
+  address of one is laid out by tilewave in allocation order without reuse (separate
+  memory), any other by TVM's ``MergeSharedMemoryAllocations`` after the barrier stage, at
+  offsets not known here (any two may overlap). ``tirx.merge_static_smem`` merges static
+  shared buffers too.
+
+Two accesses of different buffers in one allocation become accesses of the allocation's
+bytes (each element covers ``size`` consecutive bytes) and are judged as two accesses of one
+buffer by :func:`tilewave.analysis.shared_access.may_conflict`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import tvm
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_access import AccessKind, LoopRange, SharedAccess, may_conflict
+from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
+from tilewave.analysis.uniform_writes import writes_same_everywhere
+from tilewave.ir.walker import TIRVisitor
+
+__all__ = ["SharedMemoryModel"]
+
+
+@dataclass(frozen=True, eq=False)
+class _Placement:
+    """Where a buffer's element 0 is: ``(allocation, byte)``; ``allocation`` None: unknown."""
+
+    allocation: Any
+    byte: int | None
+    size: int
+    block: str | None
+
+
+def _element_bytes(buffer: Any) -> int:
+    dtype = tvm.DataType(str(buffer.ty.dtype))
+    return max(1, (dtype.bits * dtype.lanes + 7) // 8)
+
+
+def _linear_offset(buffer: Any, indices: list[Any]) -> Any | None:
+    """``buffer[indices]``'s element offset from its data pointer, or None."""
+    ty = buffer.ty
+    if not isinstance(ty.elem_offset, tirx.IntImm) or any(
+        isinstance(i, tirx.Ramp) for i in indices
+    ):
+        return None
+    dims = list(ty.shape)
+    if ty.strides:
+        strides = list(ty.strides)
+    else:
+        strides, step = [], 1
+        for extent in reversed(dims):
+            if not isinstance(extent, tirx.IntImm):
+                step = None
+            strides.insert(0, step)
+            step = step * int(extent.value) if step is not None else None
+    if len(strides) != len(indices) or any(s is None for s in strides):
+        return None
+    total: Any = int(ty.elem_offset.value)
+    for index, stride in zip(indices, strides, strict=True):
+        total = index * stride + total
+    return total
+
+
+class _Placements(TIRVisitor):
+    def __init__(self, merge_static: bool) -> None:
+        self.found: dict[Any, _Placement] = {}
+        self.merge_static = merge_static
+
+    def block(self, buffer: Any) -> str | None:
+        scope = buffer_scope(buffer)
+        if scope == "shared.dyn":
+            return "dynamic"
+        return "dynamic" if self.merge_static and scope in SHARED_SCOPES else None
+
+    def visit_AllocBuffer(self, node: Any) -> None:
+        if buffer_scope(node.buffer) in SHARED_SCOPES:
+            self.found[node.buffer] = _Placement(
+                node.buffer, 0, _element_bytes(node.buffer), self.block(node.buffer)
+            )
+        self.generic_visit(node)
+
+    def visit_DeclBuffer(self, node: Any) -> None:
+        buffer = node.buffer
+        if buffer_scope(buffer) in SHARED_SCOPES:
+            size = _element_bytes(buffer)
+            self.found[buffer] = self._placed(node.data, size) or _Placement(
+                None, None, size, self.block(buffer)
+            )
+        self.generic_visit(node)
+
+    def _placed(self, data: Any, size: int) -> _Placement | None:
+        if data is None or not isinstance(data, ir.expr.Call) or not isinstance(data.op, ir.Op):
+            return None
+        if data.op.name == "tirx.buffer_data":
+            parent = self.found.get(data.args[0])
+            return None if parent is None else _Placement(
+                parent.allocation, parent.byte, size, parent.block
+            )
+        if data.op.name == "tirx.address_of" and type(data.args[0]).__name__ == "TensorLoad":
+            load = data.args[0]
+            parent = self.found.get(load.source)
+            offset = _linear_offset(load.source, list(load.indices))
+            if parent is None or offset is None or parent.byte is None:
+                return None
+            value = tvm.sym.analyzer.Analyzer().simplify(tvm.runtime.convert(offset))
+            if not isinstance(value, tirx.IntImm):
+                return None
+            byte = parent.byte + int(value.value) * parent.size
+            return _Placement(parent.allocation, byte, size, parent.block)
+        return None
+
+
+class SharedMemoryModel:
+    """The verifier's picture of one function's shared memory (see the module doc).
+
+    Args:
+        func: the kernel.
+        config: the ``PassContext`` config (default: the current one).
+    """
+
+    def __init__(self, func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) -> None:
+        if config is None:
+            config = dict(tvm.transform.PassContext.current().config)
+        walker = _Placements(bool(config.get("tirx.merge_static_smem", False)))
+        walker.visit(func.body)
+        self._placements = walker.found
+        #: tilewave lays dynamic shared memory out without reuse when one buffer is addressed
+        self._dynamic_apart = any(
+            buffer_scope(b) == "shared.dyn" for b in shared_buffers_addressed(func.body)
+        )
+        self._bytes: weakref.WeakKeyDictionary[SharedAccess, SharedAccess | None] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _placement(self, buffer: Any) -> _Placement:
+        found = self._placements.get(buffer)
+        if found is None:  # declared outside the body: a memory of its own
+            return _Placement(buffer, 0, _element_bytes(buffer), None)
+        return found
+
+    def overlap_unknown(self, a: SharedAccess, b: SharedAccess) -> bool | None:
+        """For accesses of two buffers: True when their bytes may meet at an unknown place,
+        False when they are separate memory, None when both sit at known bytes of one
+        allocation (compare them with :meth:`conflict`)."""
+        pa, pb = self._placement(a.buffer), self._placement(b.buffer)
+        if pa.allocation is None or pb.allocation is None:
+            return True
+        if not pa.allocation.same_as(pb.allocation):
+            together = pa.block is not None and pa.block == pb.block
+            return together and not (pa.block == "dynamic" and self._dynamic_apart)
+        return True if pa.byte is None or pb.byte is None else None
+
+    def conflict(
+        self,
+        a: SharedAccess,
+        b: SharedAccess,
+        thread_extents: Mapping[Any, int],
+        iterations: Mapping[Any, frozenset[int]] | None = None,
+        positions: Mapping[Any, int] | None = None,
+        finished: Mapping[Any, int] | None = None,
+    ) -> bool:
+        """Whether two different threads may touch common bytes through accesses of two
+        *different* buffers with one of them writing (same-buffer pairs: False; they are
+        ``may_conflict``'s)."""
+        if a.buffer.same_as(b.buffer) or not (a.kind.writes or b.kind.writes):
+            return False
+        if a.kind is AccessKind.ATOMIC and b.kind is AccessKind.ATOMIC:
+            return False
+        if (
+            a.kind is AccessKind.WRITE
+            and b.kind is AccessKind.WRITE
+            and writes_same_everywhere(a, thread_extents)
+            and writes_same_everywhere(b, thread_extents)
+        ):
+            return False
+        unknown = self.overlap_unknown(a, b)
+        if unknown is not None:
+            return unknown
+        bytes_a, bytes_b = self._as_bytes(a), self._as_bytes(b)
+        if bytes_a is None or bytes_b is None:
+            return True
+        return may_conflict(bytes_a, bytes_b, thread_extents, iterations, positions, finished)
+
+    def _as_bytes(self, access: SharedAccess) -> SharedAccess | None:
+        """``access`` as an access of its allocation's bytes (cached per access)."""
+        if access in self._bytes:
+            return self._bytes[access]
+        place = self._placement(access.buffer)
+        offset = None
+        if access.indices is not None and place.byte is not None:
+            offset = _linear_offset(access.buffer, list(access.indices))
+        found = None
+        if offset is not None:
+            dtype = str(offset.ty) if hasattr(offset, "ty") else "int32"
+            byte = tirx.Var(f"{access.buffer.name}_byte", dtype)
+            address = offset * place.size + place.byte + byte
+            zero, end = tirx.IntImm(dtype, 0), tirx.IntImm(dtype, place.size)
+            loops = (*access.loops, LoopRange(byte, 0, place.size, bounds=(zero, end)))
+            found = SharedAccess(
+                place.allocation, access.kind, (address,), access.stmt, loops, access.scope
+            )
+            found.async_domain = access.async_domain
+            found.completes_on = access.completes_on
+            found.scalars = access.scalars
+            found.collective = access.collective
+        self._bytes[access] = found
+        return found

@@ -1,0 +1,93 @@
+"""Stores that every thread of a block makes identically: same element, same value.
+
+A cooperative copy of one row that every thread performs (``for i in range(n): S[i] =
+A[row, i]``) or a block-wide value written by all threads (``v = T.bind(A[k] * 2.0);
+S[0] = v``) writes each element with the same value from every thread. Two such stores
+never need a barrier between them: every thread performs the same sequence of them, so
+the last write to any byte, whichever thread makes it, is the last store of that
+sequence that covers the byte; intermediate states are only visible to reads, and every
+read still pairs with the stores on its own (RAW and WAR are unchanged).
+
+:func:`writes_same_everywhere` recognises such a store: a plain ``BufferStore`` whose
+indices and value (``Bind`` values and single-assignment scalars seen through) read no
+thread index, no shared or local memory and call nothing, under path conditions and loop
+bounds that read no thread index either (every thread runs the same iterations). Global
+memory read at a block-uniform index has one value for every thread of the block unless
+someone writes it meanwhile, which is a global-memory race of its own.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tvm import ir, tirx
+
+from tilewave.analysis.shared_buffers import buffer_scope
+from tilewave.ir.walker import post_order_visit
+
+if TYPE_CHECKING:
+    from tilewave.analysis.shared_access import SharedAccess
+
+__all__ = ["writes_same_everywhere"]
+
+_PER_THREAD_SCOPES = frozenset({"shared", "shared.dyn", "local", "warp", "wmma.accumulator"})
+
+
+def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
+    """True when ``expr`` has one value in every thread of the block (see the module doc)."""
+    targets = list(thread_vars)
+    ok = True
+
+    def check(node: Any) -> None:
+        nonlocal ok
+        if not ok:
+            return
+        if isinstance(node, ir.expr.Var) and any(node.same_as(t) for t in targets):
+            ok = False
+        elif type(node).__name__ == "TensorLoad":
+            scope = buffer_scope(node.source)
+            ok = scope is not None and scope not in _PER_THREAD_SCOPES
+        elif isinstance(node, (ir.expr.Call, tirx.Let)):
+            ok = False
+
+    post_order_visit(expr, check)
+    return ok
+
+
+_VERDICTS: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
+
+
+def writes_same_everywhere(access: SharedAccess, thread_extents: Mapping[Any, int]) -> bool:
+    """True when every thread that runs ``access`` (a plain store) runs it in the same
+    iterations and writes the same value to the same element (cached per access)."""
+    cached = _VERDICTS.get(access)
+    if cached is not None and cached[0] == id(thread_extents):
+        return cached[1]
+    verdict = _same_everywhere(access, list(thread_extents))
+    _VERDICTS[access] = (id(thread_extents), verdict)
+    return verdict
+
+
+def _same_everywhere(access: SharedAccess, thread_vars: list[Any]) -> bool:
+    stmt = access.stmt
+    if (
+        not isinstance(stmt, tirx.BufferStore)
+        or access.is_async
+        or access.collective
+        or access.indices is None
+        or not stmt.buffer.same_as(access.buffer)
+        or not access.kind.writes
+        or access.kind.reads
+    ):
+        return False
+    scope = access.scope
+    exprs = list(access.resolved_indices or ())
+    exprs.append(access._forward(scope.resolve(stmt.value)))
+    exprs += [scope.resolve(cond) for cond, _ in scope.conditions]
+    for loop in access.loops:
+        if loop.bounds is None or not loop.aligned:
+            return False
+        exprs += list(loop.bounds)
+    return all(_uniform(expr, thread_vars) for expr in exprs)
