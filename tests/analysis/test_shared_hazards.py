@@ -85,7 +85,7 @@ def while_on_a_loaded_counter(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), 
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "float32", scope="shared")
         i: T.int32 = 0
-        while i < T.Cast("int32", A[0]):
+        while i < T.Cast("int32", B[0]):
             S[tx] = A[tx]
             T.tilewave.lds_barrier()
             B[tx] = B[tx] + S[63 - tx]
@@ -94,7 +94,9 @@ def while_on_a_loaded_counter(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), 
 
 
 def test_barrier_in_a_while_on_a_loaded_value_is_divergent():
-    """Threads may load different values (global memory changes): the loop may diverge."""
+    """Threads may load different values (thread 0 writes B[0] in the loop, unordered with
+    the other threads' loads): the loop may diverge. A load of a buffer the kernel never
+    writes is uniform (tests/analysis/test_uniformity.py)."""
     assert len(find_divergent_barriers(while_on_a_loaded_counter)) == 2
     (hazard,) = find_shared_hazards(while_on_a_loaded_counter, "gfx942")
     assert (hazard.first.describe(), hazard.second.describe()) == ("write S[tx]", "read S[63 - tx]")

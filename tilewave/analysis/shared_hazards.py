@@ -65,7 +65,6 @@ from tilewave.analysis.shared_access import (
     SyncKind,
     collect_thread_extents,
     is_leaf_statement,
-    is_thread_dependent,
     may_conflict,
     repeated_loops,
     same_iteration,
@@ -73,7 +72,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
 )
 from tilewave.analysis.storage_model import SharedMemoryModel
-from tilewave.analysis.uniform_locals import uniform_local_buffers
+from tilewave.analysis.uniformity import UniformityAnalysis
 from tilewave.analysis.warp_roles import role_of
 from tilewave.targets import get_target
 
@@ -145,8 +144,9 @@ class _Graph:
         #: deeper than that start a new instance in the next iteration)
         self.while_back_edges: dict[tuple[int, int], int] = {}
         self._thread_vars = thread_vars
-        #: local buffers equal in every thread (loop counters): loads of them are uniform
-        self.uniform: frozenset[Any] = frozenset()
+        #: which conditions every thread of the block evaluates alike (its own analysis,
+        #: built from the function, not the barrier pass's decisions)
+        self.uniformity: UniformityAnalysis | None = None
         #: ``For`` statements that occur at several places (not one identifiable loop)
         self.repeated: set[Any] = set()
         #: wgmma descriptor sources and single-assignment scalars of the function
@@ -262,7 +262,7 @@ class _Graph:
         return exit_node
 
     def _divergent(self, cond: Any, scope: AccessScope) -> bool:
-        return is_thread_dependent(scope.resolve(cond), self._thread_vars, self.uniform)
+        return self.uniformity is None or not self.uniformity.is_block_uniform(cond, scope)
 
     def _build_while(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         """head -> condition -> (body -> head | exit): zero or more iterations."""
@@ -529,7 +529,7 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
     graph = _Graph(list(thread_extents), str(name) if name is not None else None)
     graph.repeated = repeated_loops(func.body)
-    graph.uniform = uniform_local_buffers(func)
+    graph.uniformity = UniformityAnalysis(func)
     graph.descriptors = descriptor_sources(func.body)
     graph.scalars = single_assignment_scalars(func)
     graph.implied = mbarrier_implications(func.body)

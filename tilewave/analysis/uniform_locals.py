@@ -16,6 +16,7 @@ uniform.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,11 +89,17 @@ def _locals_reached_by_calls(body: Any) -> list[Any]:
     return found
 
 
-def uniform_local_buffers(func: tirx.PrimFunc) -> frozenset[Any]:
+def uniform_local_buffers(
+    func: tirx.PrimFunc, dependent: Callable[[Any, frozenset[Any]], bool] | None = None
+) -> frozenset[Any]:
     """The ``local`` buffers of ``func`` whose value is the same in every thread.
 
     Args:
         func: a kernel; threads bound by ``T.thread_binding`` or ``T.launch_thread``.
+        dependent: ``dependent(expr, uniform)``: whether ``expr`` may differ between
+            threads when the local buffers in ``uniform`` are the same in every thread
+            (default: :func:`~tilewave.analysis.shared_access.is_thread_dependent`, which
+            takes every other load as different; the uniformity analysis passes its own).
 
     Returns:
         the buffer variables (``Var`` typed ``BufferType``), usable as the ``uniform``
@@ -101,6 +108,9 @@ def uniform_local_buffers(func: tirx.PrimFunc) -> frozenset[Any]:
     stores: list[_Store] = []
     _collect(func.body, AccessScope(), (), stores)
     thread_vars = list(collect_thread_extents(func))
+    if dependent is None:
+        def dependent(expr: Any, uniform: frozenset[Any]) -> bool:
+            return is_thread_dependent(expr, thread_vars, uniform)
     reached = _locals_reached_by_calls(func.body)
     uniform = {
         s.buffer
@@ -112,7 +122,7 @@ def uniform_local_buffers(func: tirx.PrimFunc) -> frozenset[Any]:
         changed = False
         for store in stores:
             if store.buffer in uniform and any(
-                is_thread_dependent(e, thread_vars, uniform) for e in store.exprs
+                dependent(e, frozenset(uniform)) for e in store.exprs
             ):
                 uniform.discard(store.buffer)
                 changed = True

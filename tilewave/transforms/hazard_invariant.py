@@ -19,14 +19,16 @@ thread-dependent ``if`` (a syntactic filter finds those).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tvm
 from tvm import ir, tirx
 
-from tilewave.analysis.shared_access import AccessKind, SharedAccess, is_thread_dependent
+from tilewave.analysis.shared_access import AccessKind, SharedAccess
 from tilewave.analysis.shared_buffers import is_shared_buffer
 from tilewave.analysis.shared_hazards import HazardKind, SharedHazard, find_shared_hazards
+from tilewave.analysis.uniformity import UniformityAnalysis
 from tilewave.errors import UnfixableHazardError, where
 from tilewave.ir.walker import post_order_visit
 
@@ -37,22 +39,6 @@ __all__ = [
     "refuse_unfixable_in_module",
     "require_no_hazards_left",
 ]
-
-
-def _thread_vars(func: tirx.PrimFunc) -> list[ir.expr.Var]:
-    found: list[ir.expr.Var] = []
-
-    def visit(node: Any) -> None:
-        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
-            tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else ""
-            if tag.startswith("threadIdx"):
-                found.append(node.loop_var)
-        elif isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
-            if str(node.node.thread_tag).startswith("threadIdx"):
-                found.append(node.node.var)
-
-    post_order_visit(func.body, visit)
-    return found
 
 
 def _opposite_arm_condition(first: SharedAccess, second: SharedAccess) -> Any | None:
@@ -75,21 +61,18 @@ def _writes_shared(stmt: Any) -> bool:
     return found
 
 
-def _has_two_arm_shared_writes(func: tirx.PrimFunc, thread_vars: list[Any]) -> bool:
+def _two_arm_shared_write_conditions(func: tirx.PrimFunc) -> list[Any]:
     # A syntactic pre-filter, so the verifier only runs on kernels that can have the pattern.
-    found = False
+    found: list[Any] = []
 
     def visit(node: Any) -> None:
-        nonlocal found
         if (
-            not found
-            and isinstance(node, tirx.IfThenElse)
+            isinstance(node, tirx.IfThenElse)
             and node.else_case is not None
-            and is_thread_dependent(node.condition, thread_vars)
             and _writes_shared(node.then_case)
             and _writes_shared(node.else_case)
         ):
-            found = True
+            found.append(node.condition)
 
     post_order_visit(func.body, visit)
     return found
@@ -98,8 +81,13 @@ def _has_two_arm_shared_writes(func: tirx.PrimFunc, thread_vars: list[Any]) -> b
 def concurrent_arm_writes(func: tirx.PrimFunc) -> list[tuple[SharedHazard, Any]]:
     """Write/write hazards between the two arms of one thread-dependent ``if``, with the
     condition: pairs that run concurrently and that no barrier can order."""
-    thread_vars = _thread_vars(func)
-    if not _has_two_arm_shared_writes(func, thread_vars):
+    candidates = _two_arm_shared_write_conditions(func)
+    if not candidates:
+        return []
+    uniformity = UniformityAnalysis(func)
+    # arms of a block-uniform `if` never run at the same time
+    divergent: Callable[[Any], bool] = lambda c: not uniformity.is_block_uniform(c)  # noqa: E731
+    if not any(divergent(c) for c in candidates):
         return []
     found = []
     for hazard in find_shared_hazards(func):
@@ -108,7 +96,7 @@ def concurrent_arm_writes(func: tirx.PrimFunc) -> list[tuple[SharedHazard, Any]]
         if hazard.first.kind != AccessKind.WRITE or hazard.second.kind != AccessKind.WRITE:
             continue
         cond = _opposite_arm_condition(hazard.first, hazard.second)
-        if cond is not None and is_thread_dependent(cond, thread_vars):
+        if cond is not None and divergent(cond):
             found.append((hazard, cond))
     return found
 

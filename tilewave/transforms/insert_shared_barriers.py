@@ -65,7 +65,6 @@ from tilewave.analysis.shared_access import (
     SyncKind,
     collect_thread_extents,
     is_leaf_statement,
-    is_thread_dependent,
     may_conflict,
     repeated_loops,
     same_iteration,
@@ -74,7 +73,7 @@ from tilewave.analysis.shared_access import (
     touches_shared_or_sync,
 )
 from tilewave.analysis.storage_identity import storage_map
-from tilewave.analysis.uniform_locals import uniform_local_buffers
+from tilewave.analysis.uniformity import UniformityAnalysis
 from tilewave.analysis.warp_roles import WarpRole, role_of
 from tilewave.errors import (  # DivergentBarrierError re-exported: it used to live here
     DivergentBarrierError,
@@ -330,7 +329,7 @@ class _Placer:
         self.split = split
         self._access_cache: dict[Any, list[SharedAccess]] = {}
         self._repeated = repeated_loops(func.body)
-        self.uniform = uniform_local_buffers(func)
+        self.uniformity = UniformityAnalysis(func)
         self.descriptors = descriptor_sources(func.body)
         self.implied = mbarrier_implications(func.body)
         self.scalars = single_assignment_scalars(func)
@@ -412,8 +411,9 @@ class _Placer:
         return scope.within_loop(lr)
 
     def is_divergent(self, expr: Any, scope: AccessScope) -> bool:
-        """Whether control flow on ``expr`` may differ between threads."""
-        return is_thread_dependent(scope.resolve(expr), list(self.thread_extents), self.uniform)
+        """Whether control flow on ``expr`` may differ between threads (not proved
+        block-uniform by :mod:`tilewave.analysis.uniformity`)."""
+        return not self.uniformity.is_block_uniform(expr, scope)
 
     # -- barrier decisions ---------------------------------------------------------------
     def barrier_before(
