@@ -168,7 +168,8 @@ def test_stripped_sm90_gemms_get_their_synchronisation_back(name):
     stripped = module.stripped(256, 256, 256)
     assert find_shared_hazards(stripped, "sm_90a") != []
     after = insert_shared_barriers(stripped, "sm_90a")
-    assert find_shared_hazards(after, "sm_90a") == []
+    # barrier hazards: the C tile's fence.proxy.async comes from InjectFenceProxy, later
+    assert find_shared_hazards(after, "sm_90a", protocol=False) == []
     assert _loop_barriers(after) == []  # the K loop is ordered by the mbarrier ring alone
     text = after.script()
     assert text.count("mbarrier_init") == 1  # one fence.mbarrier_init before first use

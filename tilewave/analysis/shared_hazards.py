@@ -557,13 +557,18 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     return graph, thread_extents
 
 
-def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
+def find_shared_hazards(
+    func: Any, target: Any = None, protocol: bool = True
+) -> list[SharedHazard]:
     """Every pair of shared accesses that two threads may perform unsynchronised.
 
     Args:
         func: a ``tvm.tirx.PrimFunc`` whose threads are bound with ``T.thread_binding``.
         target: a tilewave target (name, ``tvm.target.Target`` or ``TargetInfo``); only
             validated today, the synchronisation semantics are the same on every target.
+        protocol: also check Hopper's async protocol: missing ``fence.proxy.async`` /
+            ``fence.mbarrier_init`` (:mod:`tilewave.analysis.proxy_fence_check`) and
+            wrong ``try_wait.parity`` (:mod:`tilewave.analysis.mbarrier_parity_check`).
 
     Returns:
         one :class:`SharedHazard` per unordered pair of conflicting accesses, including
@@ -615,6 +620,11 @@ def find_shared_hazards(func: Any, target: Any = None) -> list[SharedHazard]:
                     named_ordered(a, b, later=False) or named_ordered(b, a, later=False)
                 ):
                     report(a, b)
+    if protocol:  # Hopper's async protocol: fences and mbarrier parities
+        from tilewave.analysis import mbarrier_parity_check, proxy_fence_check
+
+        hazards += proxy_fence_check.missing_fence_hazards(graph.nodes, thread_extents)
+        hazards += mbarrier_parity_check.mbarrier_parity_hazards(func)
     return hazards
 
 
