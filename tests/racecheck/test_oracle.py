@@ -58,24 +58,12 @@ NOT_EXECUTABLE = {
     "symbolic_trips_x2": "symbolic buffer shapes (needs concrete arrays)",
 }
 KNOWN_BAD = {
-    "disjoint": "after lowering, StorageRewrite places S2 in S's bytes; S2's stores then race "
-                "with other threads' reads of S (WAR) and S's stores (WAW) with no barrier "
-                "between them - the aliasing bug class of issue 18",
     "escapes_let": "the cp.async through a let-bound pointer into S[0] is never waited for "
                    "before thread 31 reads S[0] (RAW left by InsertSharedBarriers)",
     "in_loop": "the input waits on split barrier 0 at the top of the loop before any thread "
                "signalled it: it deadlocks on any GPU (the lowering keeps that)",
     "in_loop_mbarrier": "the expected mbarrier form of in_loop: the same deadlock",
 }
-#: InsertSharedBarriers' named-barrier lowering emits aligned ``bar.sync id, n`` on both
-#: sides of a role split, so one barrier generation completes from two instructions: PTX
-#: leaves that undefined and compute-sanitizer synccheck reports it (issue 18's H100 run).
-#: ``barrier.sync id, n`` (not aligned) is the form to emit.
-_ALIGNED_SPLIT = ("InsertSharedBarriers emits aligned bar.sync at two sites of one "
-                  "named-barrier generation (barrier-divergent; synccheck flags it)")
-KNOWN_BAD.update({name: _ALIGNED_SPLIT for name in (
-    "divergent_branches_bad", "straight_split", "two_buffers_inner_loops", "ws_before",
-    "ws_pass_after", "ws_after")})
 
 
 def _kernels() -> list[tuple[str, str, tirx.PrimFunc]]:
@@ -135,8 +123,7 @@ def _shared_barrier_variants():
 
 
 @pytest.mark.parametrize("kernel_id", ["reverse", "transpose", "stencil", "loop_tile",
-                                       pytest.param("warp_specialized", marks=pytest.mark.xfail(
-                                           strict=True, reason=_ALIGNED_SPLIT))])
+                                       "warp_specialized"])
 def test_stripped_example_races_and_tilewave_output_is_clean(kernel_id: str) -> None:
     variants = dict(_shared_barrier_variants())[kernel_id]
     stripped = racecheck(variants.pop("stripped"), "sm_90a")
