@@ -23,11 +23,13 @@ hand-placed named barriers (``bar.arrive`` / ``bar.sync`` ids 1 and 2). Its vari
 ``stripped``; ``tilewave-named`` (the named barriers re-inserted by
 ``InsertSharedBarriers``: RAW id 1, WAR id 2; judged); ``hand-arrive``, the kernel as
 written, whose consumers signal WAR with ``bar.arrive 2`` (shown, not judged); and
-``named-all-sync``, the ``tilewave-named`` kernel with every ``bar.arrive`` turned into a
-``bar.sync`` on the same id and count (a diagnostic, shown, not judged).
+``named-all-sync``, the hand kernel with every ``bar.arrive`` turned into a ``bar.sync`` on
+the same id and count (a diagnostic, shown, not judged: one generation of an aligned
+barrier completed at two instructions, which PTX leaves undefined and synccheck reports;
+the pass emits ``barrier.sync`` without ``.aligned`` for exactly that reason).
 
-The WAR signal (decided for issue 11): the consumers ``bar.sync`` on the WAR id, they do
-not ``bar.arrive``. ``compute-sanitizer --tool racecheck`` reports every consumer read
+The WAR signal (decided for issue 11): the consumers ``barrier.sync`` on the WAR id, they
+do not ``bar.arrive``. ``compute-sanitizer --tool racecheck`` reports every consumer read
 that precedes a ``bar.arrive`` against the producer's next write (57,344 WAR reports on
 this kernel; in SASS the ``BAR.ARV`` is issued right after the ``LDS``, before its data
 returns) and reports 0 with ``bar.sync``, which PTX guarantees to complete only once the
@@ -322,7 +324,7 @@ def variants_of(func, kernel_id: str = "") -> dict:
             "stripped": stripped,
             "tilewave-named": named,
             HAND_ARRIVE: func,
-            ALL_SYNC: arrives_to_syncs(named),
+            ALL_SYNC: arrives_to_syncs(func),
         }
     return {
         "stripped": stripped,

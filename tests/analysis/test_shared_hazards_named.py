@@ -362,7 +362,8 @@ def _barrier_keys(func):
     def visit(node):
         if isinstance(node, tirx.Evaluate) and isinstance(node.value, ir.expr.Call):
             name = callee_name(node.value)
-            if name in ("tirx.ptx.bar_arrive", "tirx.ptx.bar_sync_count"):
+            if name in ("tirx.ptx.bar_arrive", "tirx.ptx.bar_sync_count",
+                        "tirx.ptx.barrier_sync_count"):
                 keys.append(("arrive" if name.endswith("arrive") else "sync",
                              int(node.value.args[0].value)))
 

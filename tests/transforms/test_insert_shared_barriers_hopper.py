@@ -85,7 +85,7 @@ def role_epilogue_after(A: T.Buffer((256,), "float32")):
         S = T.alloc_buffer((128,), "float32", scope="shared")
         if tx >= 128:
             S[tx - 128] = T.float32(1)
-            T.ptx.bar.sync(T.uint32(1), T.uint32(128))  # the 128 threads of the role
+            T.ptx.barrier.sync(T.uint32(1), T.uint32(128))  # the 128 threads of the role
             if tx == 128:
                 for i in range(128):
                     A[i] = S[i]

@@ -22,14 +22,15 @@ def ws_pass_after(A: T.Buffer((8, 128), "float32"), B: T.Buffer((8, 128), "float
         for k in range(8):
             if tx < 128:
                 S[tx] = A[k, tx]
-                # bar.sync on both ids, both sides (issue 11's decision: the form
-                # compute-sanitizer racecheck accepts, see the pass docs)
-                T.ptx.bar.sync(T.uint32(1), T.uint32(256))  # RAW: tile k written
-                T.ptx.bar.sync(T.uint32(2), T.uint32(256))  # WAR: wait for tile k's reads
+                # barrier.sync (not .aligned: one generation completes at two
+                # instructions) on both ids, both sides (issue 11's decision: the form
+                # compute-sanitizer racecheck and synccheck accept, see the pass docs)
+                T.ptx.barrier.sync(T.uint32(1), T.uint32(256))  # RAW: tile k written
+                T.ptx.barrier.sync(T.uint32(2), T.uint32(256))  # WAR: wait for tile k's reads
             else:
-                T.ptx.bar.sync(T.uint32(1), T.uint32(256))
+                T.ptx.barrier.sync(T.uint32(1), T.uint32(256))
                 B[k, tx - 128] = S[255 - tx] + T.float32(1)
-                T.ptx.bar.sync(T.uint32(2), T.uint32(256))  # done reading tile k
+                T.ptx.barrier.sync(T.uint32(2), T.uint32(256))  # done reading tile k
 
 
 def test_producer_consumer_branches_get_raw_and_war_named_barriers():
@@ -42,11 +43,12 @@ def test_producer_consumer_branches_get_raw_and_war_named_barriers():
 def test_cuda_source_has_the_named_barriers():
     src = tilewave.build(insert_shared_barriers(ws_before, "sm_90a"), "sm_90a").source
     assert "bar.arrive" not in src
-    assert 'asm volatile("bar.sync %0, %1;"' in src
+    assert 'asm volatile("barrier.sync %0, %1;"' in src
+    assert "bar.sync" not in src  # the aligned form: PTX-undefined at two sites
     assert "tvm_builtin_ptx_bar_arrive_arrive((uint)1, (uint)256);" not in src
-    assert "tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256);" in src
+    assert "tvm_builtin_ptx_barrier_sync_count_sync((uint)1, (uint)256);" in src
     assert "tvm_builtin_ptx_bar_arrive_arrive((uint)2, (uint)256);" not in src
-    assert "tvm_builtin_ptx_bar_sync_count_sync((uint)2, (uint)256);" in src
+    assert "tvm_builtin_ptx_barrier_sync_count_sync((uint)2, (uint)256);" in src
 
 
 @T.prim_func
@@ -112,7 +114,7 @@ def split_in_nested_loops(A: T.Buffer((2, 3, 64), "float32"), B: T.Buffer((2, 3,
 def test_the_verifier_certifies_the_passs_named_barriers(before):
     assert find_shared_hazards(before, "sm_90a"), "the kernel must race without barriers"
     after = insert_shared_barriers(before, "sm_90a")
-    assert "T.ptx.bar(" in after.script()  # named barriers, not __syncthreads
+    assert "T.ptx.barrier(" in after.script()  # named barriers, not __syncthreads
     assert find_shared_hazards(after, "sm_90a") == []
     assert find_divergent_barriers(after) == []
 
@@ -132,7 +134,7 @@ def _named_barrier_statements(func):
 
     def visit(node):
         if isinstance(node, tvm.tirx.Evaluate) and callee_name(node.value).startswith(
-            ("tirx.ptx.bar_arrive", "tirx.ptx.bar_sync")
+            ("tirx.ptx.bar_arrive", "tirx.ptx.bar_sync", "tirx.ptx.barrier_sync")
         ):
             found.append(node)
 

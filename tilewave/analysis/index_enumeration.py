@@ -38,6 +38,9 @@ __all__ = ["enumerate_no_overlap"]
 
 #: the most index points (both accesses, all contexts) one question may evaluate
 MAX_POINTS = 1 << 21
+#: points per side when the full spaces are too large and a witness of overlap is sought
+#: in their first values (a common element there is a common element of the whole)
+SAMPLE_POINTS = 1 << 14
 #: shared loops related by "two or more iterations apart" are enumerated as pairs up to
 #: this trip count; longer ones are treated as unrelated (sound, less precise)
 MAX_PAIR_TRIPS = 16
@@ -300,24 +303,29 @@ class _Side:
         return self._periods[loop.loop]
 
     def points(
-        self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]]
+        self,
+        fixed: Mapping[Any, np.ndarray],
+        ties: list[tuple[Any, int, int]],
+        sample: bool = False,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(keys, thread ids, distinct sorted keys)`` over the free variables, with
         ``fixed`` loop values (an array of allowed values each). ``ties``: ``(var, offset,
         count)`` of loops shared with the other side; the key holds the iteration
         ``var - offset`` (in ``[0, count)``) next to the address, so only equal iterations
-        meet. Cached: one access meets many others in the same loop context."""
+        meet. Cached: one access meets many others in the same loop context. ``sample``:
+        only the first values of each variable, at most :data:`SAMPLE_POINTS` points."""
         memo = (
             tuple((hash(var), values.tobytes()) for var, values in fixed.items()),
             tuple((hash(var), offset, count) for var, offset, count in ties),
+            sample,
         )
         if memo not in self._points:
-            keys, threads = self._enumerate(fixed, ties)
+            keys, threads = self._enumerate(fixed, ties, sample)
             self._points[memo] = (keys, threads, np.unique(keys))
         return self._points[memo]
 
     def _enumerate(
-        self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]]
+        self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]], sample: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         axes: list[tuple[Any, np.ndarray]] = [
             (v, np.arange(e, dtype=np.int64)) for v, e in self.threads
@@ -326,6 +334,11 @@ class _Side:
             values = next((x for k, x in fixed.items() if k.same_as(lp.var)), None)
             axes.append((lp.var, self.free_values(lp) if values is None else values))
         size = int(np.prod([len(x) for _, x in axes], dtype=np.int64)) if axes else 1
+        while sample and size > SAMPLE_POINTS:
+            longest = max(range(len(axes)), key=lambda i: len(axes[i][1]))
+            var, values = axes[longest]
+            axes[longest] = (var, values[: (len(values) + 1) // 2])
+            size = int(np.prod([len(x) for _, x in axes], dtype=np.int64))
         if size > MAX_POINTS:
             raise _NotEnumerable("too many points")
         grids = np.meshgrid(*[x for _, x in axes], indexing="ij", sparse=True) if axes else []
@@ -491,9 +504,29 @@ def enumerate_no_overlap(
 ) -> bool | None:
     """True: no two different threads (any two, when ``same_thread_ordered`` is False)
     touch a common element through ``a`` and ``b`` under the given loop relations; False:
-    some do; None: the index spaces are not finite and known (no answer)."""
+    some do; None: the index spaces are not finite and known (no answer).
+
+    Spaces too large to enumerate are searched in their first values for a witness (two
+    threads at one element): one found is an overlap of the whole spaces."""
     if a.resolved_indices is None or b.resolved_indices is None:
         return None
+    relations = (thread_extents, iterations, same_thread_ordered, positions, finished)
+    verdict = _enumerated(a, b, *relations, sample=False)
+    if verdict is None and _enumerated(a, b, *relations, sample=True) is False:
+        return False
+    return verdict
+
+
+def _enumerated(
+    a: SharedAccess,
+    b: SharedAccess,
+    thread_extents: Mapping[Any, int],
+    iterations: Mapping[Any, frozenset[int]] | None,
+    same_thread_ordered: bool,
+    positions: Mapping[Any, int] | None,
+    finished: Mapping[Any, int] | None,
+    sample: bool,
+) -> bool | None:
     try:
         side_a, side_b = _side(a, thread_extents), _side(b, thread_extents)
         options = [
@@ -511,8 +544,8 @@ def enumerate_no_overlap(
             )
             sides_a, sides_b = [], []
             for fa, fb in contexts:
-                points_a = side_a.points(fa, ties_a)
-                points_b = side_b.points(fb, ties_b)
+                points_a = side_a.points(fa, ties_a, sample)
+                points_b = side_b.points(fb, ties_b, sample)
                 total += points_a[0].size + points_b[0].size
                 if total > MAX_POINTS:
                     return None
@@ -523,6 +556,6 @@ def enumerate_no_overlap(
                 for pa, pb in zip(sides_a, sides_b, strict=True)
             ):
                 return False
-        return True
+        return None if sample else True
     except _NotEnumerable:
         return None

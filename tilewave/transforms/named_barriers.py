@@ -94,8 +94,17 @@ def named_arrive(bar_id: int, threads: int) -> Any:
 
 
 def named_sync(bar_id: int, threads: int) -> Any:
-    """``T.ptx.bar.sync(bar_id, threads)``."""
-    return _call("tirx.ptx.bar_sync_count", "sync", bar_id, threads)
+    """``T.ptx.barrier.sync(bar_id, threads)``: PTX ``barrier.sync`` without ``.aligned``.
+
+    The pass places one barrier generation at two instructions (the producer's and the
+    consumer's side of a warp split); ``bar.sync`` is ``barrier.sync.aligned``, which PTX
+    leaves undefined unless every thread runs the same instruction (compute-sanitizer's
+    synccheck reports it)."""
+    args = [tirx.IntImm("uint32", bar_id), tirx.IntImm("uint32", threads)]
+    args += [ir.expr.StringImm(s) for s in ("", "sync", "", "")]
+    return tirx.Evaluate(
+        ir.expr.Call(ir.Op.get("tirx.ptx.barrier_sync_count"), args, ret_ty="void")
+    )
 
 
 def strip_named_barriers(stmt: Any) -> Any:

@@ -53,8 +53,8 @@
   #define uchar unsigned char
   #define ushort unsigned short
 #endif
-__forceinline__ __device__ void tvm_builtin_ptx_bar_sync_count_sync(uint32_t __a, uint32_t __b) {
-  asm volatile("bar.sync %0, %1;" :  : "r"(__a), "r"(__b) : "memory");
+__forceinline__ __device__ void tvm_builtin_ptx_barrier_sync_count_sync(uint32_t __a, uint32_t __b) {
+  asm volatile("barrier.sync %0, %1;" :  : "r"(__a), "r"(__b) : "memory");
 }
 extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float* __restrict__ A_ptr, float* __restrict__ B_ptr);
 extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float* __restrict__ A_ptr, float* __restrict__ B_ptr) {
@@ -64,12 +64,12 @@ extern "C" __global__ void __launch_bounds__(256) warp_specialized_kernel(float*
   for (int k = 0; k < 8; ++k) {
     if (((int)threadIdx.x) < 128) {
       S_ptr[((int)threadIdx.x)] = A_ptr[(((((int)blockIdx.x) * 1024) + (k * 128)) + ((int)threadIdx.x))];
-      tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256);
-      tvm_builtin_ptx_bar_sync_count_sync((uint)2, (uint)256);
+      tvm_builtin_ptx_barrier_sync_count_sync((uint)1, (uint)256);
+      tvm_builtin_ptx_barrier_sync_count_sync((uint)2, (uint)256);
     } else {
-      tvm_builtin_ptx_bar_sync_count_sync((uint)1, (uint)256);
+      tvm_builtin_ptx_barrier_sync_count_sync((uint)1, (uint)256);
       acc_ptr[0] = (acc_ptr[0] + (S_ptr[(255 - ((int)threadIdx.x))] * ((float)(k + 1))));
-      tvm_builtin_ptx_bar_sync_count_sync((uint)2, (uint)256);
+      tvm_builtin_ptx_barrier_sync_count_sync((uint)2, (uint)256);
     }
   }
   if (128 <= ((int)threadIdx.x)) {
