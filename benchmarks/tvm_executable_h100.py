@@ -325,6 +325,33 @@ def _table(rows: list[tuple[str, ...]]) -> None:
             print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 
 
+def register_nvrtc_arch() -> str | None:
+    """In TVM's runtime-only mode, give TVM's NVRTC callback the GPU's arch.
+
+    A library whose device code is CUDA source (the ``jit`` form) is compiled when it is
+    loaded, by ``tvm_callback_cuda_compile`` (``tvm.support.nvcc``, NVRTC by default). Without
+    an arch that callback asks ``tvm.target.Target.current()``, whose FFI function lives in
+    the compiler library that runtime-only TVM does not load (``AttributeError: module
+    'tvm.target._ffi_api' has no attribute 'TargetCurrent'``). This re-registers the callback
+    with the arch TVM itself would derive from the GPU (``sm_XY``, ``a`` from sm_90 on).
+    Returns the arch, or ``None`` when TVM's compiler is loaded (nothing to do).
+    """
+    import tvm
+    import tvm_ffi
+    from tvm.support import nvcc
+
+    if not tvm.base._RUNTIME_ONLY:
+        return None
+    major, minor = tvm.cuda(0).compute_version.split(".")
+    arch = f"sm_{major}{minor}" + ("a" if int(major) >= 9 else "")
+
+    @tvm_ffi.register_global_func("tvm_callback_cuda_compile", override=True)
+    def _compile(code: str) -> bytearray:
+        return nvcc.compile_cuda(code, target_format="cubin", arch=arch, compiler="nvrtc")
+
+    return arch
+
+
 def run(in_dir: Path) -> int:
     """Every case in both forms; one table. Exit status 1 when one fails or is wrong."""
     import torch
@@ -332,10 +359,12 @@ def run(in_dir: Path) -> int:
 
     torch.cuda.init()
     driver = load_cuda_runtime()
+    arch = register_nvrtc_arch()
     manifest = json.loads((in_dir / "manifest.json").read_text())
     print(
         f"tvm {tvm.__version__} from {Path(tvm.__file__).parent} (runtime only: "
-        f"{os.environ.get('TVM_USE_RUNTIME_LIB') == '1'}), driver: {driver}, "
+        f"{os.environ.get('TVM_USE_RUNTIME_LIB') == '1'}), driver: {driver}, NVRTC arch: "
+        f"{arch or 'from the target'}, "
         f"torch {torch.__version__}, {torch.cuda.get_device_name()}"
     )
     rows = [
