@@ -1,0 +1,259 @@
+"""Storage identity (tilewave.analysis.storage_identity, the pass's) and the verifier's own
+storage model (tilewave.analysis.storage_model): views resolved to allocations and bytes,
+pools, and a property test of both against brute-force byte overlap."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import tvm
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tvm import tirx
+from tvm.script import from_source
+from tvm.script import tirx as T
+
+from tilewave.analysis.shared_access import (
+    AccessKind,
+    collect_thread_extents,
+    may_conflict,
+    statement_accesses,
+)
+from tilewave.analysis.shared_hazards import find_shared_hazards
+from tilewave.analysis.storage_identity import (
+    BufferStorage,
+    StorageRelation,
+    common_unit,
+    dynamic_shared_placed_apart,
+    storage_map,
+    storage_relation,
+)
+from tilewave.analysis.storage_model import SharedMemoryModel
+from tilewave.ir.walker import post_order_visit
+
+
+def buffers(func) -> dict[str, object]:
+    found = {}
+
+    def visit(node):
+        if isinstance(node, (tirx.AllocBuffer, tirx.DeclBuffer)):
+            found[node.buffer.name] = node.buffer
+
+    post_order_visit(func.body, visit)
+    return found
+
+
+@T.prim_func
+def views(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        V = T.decl_buffer((64,), "float32", data=S.data, scope="shared")
+        H = T.decl_buffer((64,), "float16", data=T.address_of(V[16]), scope="shared")
+        W = T.decl_buffer((8,), "float64", data=H.data, scope="shared")
+        K = T.decl_buffer((8,), "float32", data=T.address_of(S[tx]), scope="shared")
+        R = T.alloc_buffer((8,), "float32", scope="shared")
+        D = T.alloc_buffer((8,), "float32", scope="shared.dyn")
+        E = T.alloc_buffer((8,), "float32", scope="shared.dyn")
+        S[tx] = A[tx]
+        A[tx] = V[tx] + T.Cast("float32", H[tx]) + T.Cast("float32", W[0]) + K[0] + R[0]
+        A[tx] = D[tx % 8] + E[tx % 8]
+
+
+def test_views_resolve_to_their_allocation_and_byte_offset():
+    found = buffers(views)
+    storage = storage_map(views)
+    s, v, h, w = (storage.of(found[n]) for n in "SVHW")
+    assert (s.root.name, s.base, s.itemsize) == ("S", 0, 4)
+    assert (v.root.name, v.base, v.itemsize) == ("S", 0, 4)
+    assert (h.root.name, h.base, h.itemsize) == ("S", 64, 2)  # V[16] is byte 64
+    assert (w.root.name, w.base, w.itemsize) == ("S", 64, 8)  # H's data pointer
+    assert (storage.of(found["K"]).root.name, storage.of(found["K"]).base) == ("S", None)
+    assert common_unit(s, h) == 2 and common_unit(h, w) == 2 and common_unit(s, w) == 4
+
+
+def test_relations_between_buffers():
+    found = buffers(views)
+    storage = storage_map(views)
+    rel = {(a, b): storage_relation(storage.of(found[a]), storage.of(found[b]))
+           for a, b in itertools.permutations("SVHWKRDE", 2)}
+    assert rel["S", "H"] is StorageRelation.SAME
+    assert rel["S", "K"] is StorageRelation.UNKNOWN  # in S, at a per-thread offset
+    assert rel["R", "K"] is StorageRelation.DISTINCT
+    assert rel["S", "R"] is StorageRelation.DISTINCT  # two static allocations
+    assert rel["D", "E"] is StorageRelation.UNKNOWN  # TVM's merge places them later
+    assert rel["S", "D"] is StorageRelation.DISTINCT  # static vs dynamic shared
+
+
+def test_a_view_whose_data_pointer_is_not_read_may_be_any_shared_memory():
+    found = buffers(views)
+    storage = storage_map(views)
+    unknown = BufferStorage(found["K"], None, None, 4)
+    assert {storage_relation(unknown, storage.of(found[n])) for n in "SRD"} == {
+        StorageRelation.UNKNOWN
+    }
+
+
+def test_merge_static_smem_puts_static_buffers_in_one_pool():
+    found = buffers(views)
+    storage = storage_map(views, {"tirx.merge_static_smem": True})
+    assert storage_relation(storage.of(found["S"]), storage.of(found["R"])) is (
+        StorageRelation.UNKNOWN
+    )
+
+
+@T.prim_func
+def planned(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        D = T.alloc_buffer((8,), "float32", scope="shared.dyn")
+        E = T.alloc_buffer((8,), "float32", scope="shared.dyn")
+        bar = T.alloc_buffer((1,), "uint64", scope="shared.dyn")
+        if tx == 0:
+            T.ptx.mbarrier.init.shared.b64(T.address_of(bar[0]), T.uint32(1))
+        A[tx] = D[tx % 8] + E[tx % 8]
+
+
+def test_dynamic_buffers_of_a_kernel_tilewave_lays_out_are_apart():
+    assert dynamic_shared_placed_apart(planned)
+    assert not dynamic_shared_placed_apart(views)
+    found = buffers(planned)
+    storage = storage_map(planned)
+    assert storage_relation(storage.of(found["D"]), storage.of(found["E"])) is (
+        StorageRelation.DISTINCT
+    )
+
+
+# --- the verifier reports each aliasing hazard when the barrier is missing ---------------
+@T.prim_func
+def through_view(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        V = T.decl_buffer((64,), "float32", data=S.data, scope="shared")
+        S[tx] = A[tx]
+        B[tx] = V[63 - tx]
+        S[tx] = A[tx] * T.float32(2)
+
+
+@T.prim_func
+def reused(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32")):
+    with T.launch_thread("threadIdx.x", 32) as tx:
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        Q_1 = T.decl_buffer((32,), "int32", data=Q.data, scope="shared")
+        B[tx] = B[tx] * 2 + Q[tx]
+        Q_1[31 - tx] = A[tx] + 1
+
+
+@T.prim_func
+def dyn_pair(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared.dyn")
+        R = T.alloc_buffer((64,), "float32", scope="shared.dyn")
+        S[tx] = A[tx]
+        B[tx] = R[tx]
+
+
+@T.prim_func
+def sizes(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float16")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared.dyn")
+        H = T.decl_buffer((128,), "float16", data=S.data, scope="shared.dyn")
+        S[tx] = A[tx]
+        B[tx] = H[127 - tx * 2]
+
+
+@T.prim_func
+def offset(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        H = T.decl_buffer((32,), "float32", data=T.address_of(S[32]), scope="shared")
+        S[tx + 32] = A[tx]
+        B[tx] = H[31 - tx]
+
+
+def _found(func) -> list[tuple[str, str, str]]:
+    return sorted(
+        (h.kind.name, h.first.buffer.name, h.second.buffer.name)
+        for h in find_shared_hazards(func, "sm_90a")
+    )
+
+
+def test_the_verifier_reports_every_aliasing_form():
+    assert _found(through_view) == [("RAW", "S", "V"), ("WAR", "V", "S")]
+    assert _found(reused) == [("WAR", "Q", "Q_1")]
+    assert _found(dyn_pair) == [("RAW", "S", "R")]
+    assert _found(sizes) == [("RAW", "S", "H")]
+    assert _found(offset) == [("RAW", "S", "H")]
+
+
+def test_the_verifiers_model_is_its_own():
+    """The verifier judges two buffers through SharedMemoryModel, not through the pass's
+    storage map: accesses collected without a map still conflict there."""
+    body = sizes.body.body.seq
+    write, read = statement_accesses(body[2])[-1], statement_accesses(body[3])[-1]
+    extents = collect_thread_extents(sizes)
+    assert write.storage is None and not may_conflict(write, read, extents)
+    assert SharedMemoryModel(sizes).conflict(write, read, extents)
+
+
+# --- property: both models against brute-force byte overlap -------------------------------
+_DTYPES = {"int8": 1, "float16": 2, "float32": 4, "float64": 8}
+THREADS = 16
+POOL_BYTES = 256
+
+
+def _kernel(dt1, o1, c1, d1, dt2, o2, c2, d2) -> str:
+    n1, n2 = ((POOL_BYTES - o) // _DTYPES[dt] for o, dt in ((o1, dt1), (o2, dt2)))
+    return f'''@T.prim_func
+def k(A: T.Buffer(({THREADS},), "float32")):
+    for tx in T.thread_binding({THREADS}, thread="threadIdx.x"):
+        P = T.alloc_buffer(({POOL_BYTES},), "uint8", scope="shared")
+        X = T.decl_buffer(({n1},), "{dt1}", data=T.address_of(P[{o1}]), scope="shared")
+        Y = T.decl_buffer(({n2},), "{dt2}", data=T.address_of(P[{o2}]), scope="shared")
+        X[(tx * {c1} + {d1}) % {n1}] = T.Cast("{dt1}", A[tx])
+        A[tx] = T.Cast("float32", Y[(tx * {c2} + {d2}) % {n2}])
+'''
+
+
+def _overlap(dt1, o1, c1, d1, dt2, o2, c2, d2) -> bool:
+    s1, s2 = _DTYPES[dt1], _DTYPES[dt2]
+    n1, n2 = (POOL_BYTES - o1) // s1, (POOL_BYTES - o2) // s2
+    tx = np.arange(THREADS)
+    lo1 = o1 + ((tx * c1 + d1) % n1) * s1
+    lo2 = o2 + ((tx * c2 + d2) % n2) * s2
+    meet = (lo1[:, None] < lo2[None, :] + s2) & (lo2[None, :] < lo1[:, None] + s1)
+    np.fill_diagonal(meet, False)  # one thread: program order
+    return bool(meet.any())
+
+
+@st.composite
+def views_pair(draw):
+    out = []
+    for _ in range(2):
+        dt = draw(st.sampled_from(sorted(_DTYPES)))
+        offset_ = draw(st.integers(0, 64 // _DTYPES[dt])) * _DTYPES[dt]
+        out += [dt, offset_, draw(st.sampled_from([0, 1, 2, 3, -1])), draw(st.integers(0, 40))]
+    return tuple(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(views_pair())
+def test_both_models_match_brute_force_byte_overlap(params):
+    func = from_source(_kernel(*params), extra_vars={"T": T})
+    truth = _overlap(*params)
+    seq = func.body.body.seq
+    storage = storage_map(func)
+    write = next(a for a in statement_accesses(seq[3], storage=storage) if a.kind.writes)
+    read = next(a for a in statement_accesses(seq[4], storage=storage)
+            if a.kind is AccessKind.READ and a.buffer.name == "Y")
+    extents = collect_thread_extents(func)
+    assert may_conflict(write, read, extents) == truth, params
+    hazards = [h for h in find_shared_hazards(func, "sm_90a") if h.buffer != "A"]
+    assert bool(hazards) == truth, params
+
+
+def test_the_property_sees_both_outcomes():
+    cases = [("float32", 0, 1, 0, "float16", 0, 2, 0), ("float32", 0, 1, 0, "float16", 0, 1, 0)]
+    assert [_overlap(*c) for c in cases] == [False, True]
+    with tvm.transform.PassContext():
+        for case in cases:
+            test_both_models_match_brute_force_byte_overlap.hypothesis.inner_test(case)
