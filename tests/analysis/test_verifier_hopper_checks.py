@@ -314,6 +314,23 @@ def test_wgmma_reading_tiles_written_by_stores_needs_fence_proxy_async():
     assert find_shared_hazards(wgmma_tile(True), "sm_90a") == []
 
 
+@pytest.mark.parametrize(
+    ("kernel", "name", "maps"),
+    [(tma_store, "store_tile_kernel", {"C_map": 8192 * 2}),
+     (lambda fence: wgmma_tile(bool(fence)), "wgmma_reads_kernel", None)],
+    ids=["tma-store", "wgmma"],
+)
+def test_racecheck_agrees_on_the_proxy_fence(kernel, name, maps):
+    def run(fence):
+        with tvm.transform.PassContext(disabled_pass=HAND_ONLY):
+            lowered = tilewave.lower(kernel(fence), "sm_90a")
+        return tilewave.racecheck(lowered, "sm_90a", blocks=1, schedules=["warps"],
+                                  func_name=name, tensor_map_bytes=maps)
+
+    assert {f.kind for f in run(None).findings} == {"PROXY"}
+    assert run("writer").ok
+
+
 # --- the sm_90a GEMM examples -----------------------------------------------------------
 SMALL = (256, 256, 512)  # 2 blocks, 8 K steps: the 3-stage ring wraps twice
 
@@ -386,6 +403,26 @@ def test_wrong_consumer_parity_in_the_examples_is_reported(example):
                if isinstance(h, MbarrierParityHazard)]
     assert [h.buffer for h in hazards] == ["full"]
     assert "first wait on full[1] waits parity 1" in str(hazards[0])
+
+
+#: racecheck schedules the examples run under (tests/examples/test_sm90_kernels.py says why)
+EXAMPLE_SCHEDULES = {"sm90_tma_wgmma_gemm": ["warps"], "sm90_ws_gemm": ["lockstep"]}
+TMA_BOX_BYTES = {"A_map": 128 * 64 * 2, "B_map": 256 * 64 * 2, "C_map": 128 * 64 * 2}
+
+
+def test_racecheck_deadlocks_on_the_example_the_verifier_reports(example):
+    """One 128 x 256 tile, 8 K steps: with ``k % 2`` the waiters of ``full[1]`` pass before
+    its bytes land and the ring's phases fall out of step."""
+    func = _with_parity(example.hand(128, 256, 512), "full", lambda k: tirx.floormod(k, 2))
+    assert any(isinstance(h, MbarrierParityHazard) for h in find_shared_hazards(func, "sm_90a"))
+    with tvm.transform.PassContext(disabled_pass=HAND_ONLY):
+        lowered = tilewave.lower(func, "sm_90a")
+    report = tilewave.racecheck(lowered, "sm_90a", blocks=1,
+                                schedules=EXAMPLE_SCHEDULES[example.NAME],
+                                func_name=f"{example.NAME}_kernel",
+                                tensor_map_bytes=TMA_BOX_BYTES)
+    assert not report.ok
+    assert "deadlock" in {f.kind for f in report.findings}, report.format()
 
 
 def test_ws_producer_without_the_free_stage_offset_never_returns():
