@@ -197,9 +197,12 @@ class _Graph:
                 and action is not None
                 and action.is_full_barrier
             ):
-                role = role_of(
-                    scope.conditions, self.tags, self.extents, self.scalars, scope.resolve
+                conditions = (
+                    self.uniformity.thread_conditions(scope)
+                    if self.uniformity is not None
+                    else scope.conditions
                 )
+                role = role_of(conditions, self.tags, self.extents, self.scalars, scope.resolve)
             node = self.new(
                 accesses=statement_accesses(
                     stmt, scope, self._func_name, self.descriptors, self.scalars

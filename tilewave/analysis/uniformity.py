@@ -264,6 +264,19 @@ class UniformityAnalysis:
             self._cache[key] = hit
         return hit[1]
 
+    def thread_conditions(self, scope: AccessScope) -> tuple[tuple[Any, bool], ...]:
+        """The enclosing ``if`` conditions of ``scope`` (``(condition, holds)``, as in
+        ``AccessScope.conditions``) that are not block-uniform: the ones that select which
+        threads run there. A block-uniform one holds for every thread that gets there."""
+        kept = []
+        for at, (cond, holds) in enumerate(scope.conditions):
+            outer = AccessScope(
+                scope.loops, scope.conditions[:at], scope.bindings, scope.resolved_values
+            )
+            if not self.is_block_uniform(cond, outer):
+                kept.append((cond, holds))
+        return tuple(kept)
+
     def level(self, expr: Any, scope: AccessScope | None = None) -> Uniformity:
         """The uniformity of ``expr`` written at a statement in ``scope`` (``Bind`` values
         and enclosing ``if`` conditions from it; ``None``: no enclosing facts)."""

@@ -645,7 +645,11 @@ class _Placer:
             return None
         if scope not in self._roles:
             self._roles[scope] = role_of(
-                scope.conditions, self.thread_tags, self.thread_extents, self.scalars, scope.resolve
+                self.uniformity.thread_conditions(scope),  # block-uniform ones select no one
+                self.thread_tags,
+                self.thread_extents,
+                self.scalars,
+                scope.resolve,
             )
         return self._roles[scope]
 
