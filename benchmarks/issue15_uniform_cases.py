@@ -9,7 +9,8 @@ variants, lowered for sm_90a, under compute-sanitizer on the H100; the CI tests 
 ``tilewave.racecheck``.
 
 Every kernel launches ``BLOCKS`` blocks of 64 threads (the thread-sync tests' form has
-threadIdx.y of extent 1 besides); ``A``/``B`` are float32 vectors of ``BLOCKS * 64``,
+threadIdx.y of extent 1 besides; the two warp-uniform cases 128 threads, and their ``A``/``B``
+hold ``BLOCKS * 128``); ``A``/``B`` are float32 vectors of ``BLOCKS * 64``,
 ``C`` an int32 vector of ``BLOCKS`` (a per-block count), ``n`` an int32 scalar.
 :attr:`UniformCase.scalars` gives the scalar arguments a run should use (chosen so some
 blocks take the branch and some do not, and the premises hold).
@@ -33,6 +34,9 @@ from tilewave.ir.walker import TIRMutator
 BLOCKS = 4
 THREADS = 64
 SIZE = BLOCKS * THREADS
+#: the warp-uniform cases run 4 warps per block
+WARPS_THREADS = 128
+WIDE = BLOCKS * WARPS_THREADS
 
 
 @dataclass(frozen=True)
@@ -353,6 +357,56 @@ def without_assumes(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return func.with_body(_AssumeRemover().visit(func.body))
 
 
+# --- 11. a warp-uniform branch (`tx // 32 == 1`): a named barrier over its warp -------------
+@T.prim_func
+def warp_branch_stripped(A: T.Buffer((WIDE,), "float32"), B: T.Buffer((WIDE,), "float32")):
+    for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
+        for tx in T.thread_binding(WARPS_THREADS, thread="threadIdx.x"):
+            S = T.alloc_buffer((WARPS_THREADS,), "float32", scope="shared")
+            if tx // 32 == 1:
+                S[tx] = A[bx * 128 + tx]
+                B[bx * 128 + tx] = S[95 - tx]
+
+
+@T.prim_func
+def warp_branch_hand(A: T.Buffer((WIDE,), "float32"), B: T.Buffer((WIDE,), "float32")):
+    for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
+        for tx in T.thread_binding(WARPS_THREADS, thread="threadIdx.x"):
+            S = T.alloc_buffer((WARPS_THREADS,), "float32", scope="shared")
+            if tx // 32 == 1:
+                S[tx] = A[bx * 128 + tx]
+                T.ptx.barrier(T.uint32(1), T.uint32(32), "", "sync", "", "")
+                B[bx * 128 + tx] = S[95 - tx]
+
+
+# --- 12. the warp-uniform branch nested in a block-uniform tail guard -----------------------
+@T.prim_func
+def warp_in_tail_stripped(
+    A: T.Buffer((WIDE,), "float32"), B: T.Buffer((WIDE,), "float32"), n: T.int32
+):
+    assert n % 128 == 0, "n must be a multiple of 128"
+    for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
+        for tx in T.thread_binding(WARPS_THREADS, thread="threadIdx.x"):
+            S = T.alloc_buffer((WARPS_THREADS,), "float32", scope="shared")
+            if bx * 128 + tx < n:
+                if tx // 32 == 1:
+                    S[tx] = A[bx * 128 + tx]
+                    B[bx * 128 + tx] = S[95 - tx]
+
+
+@T.prim_func
+def warp_in_tail_hand(A: T.Buffer((WIDE,), "float32"), B: T.Buffer((WIDE,), "float32"), n: T.int32):
+    assert n % 128 == 0, "n must be a multiple of 128"
+    for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
+        for tx in T.thread_binding(WARPS_THREADS, thread="threadIdx.x"):
+            S = T.alloc_buffer((WARPS_THREADS,), "float32", scope="shared")
+            if bx * 128 + tx < n:
+                if tx // 32 == 1:
+                    S[tx] = A[bx * 128 + tx]
+                    T.ptx.barrier(T.uint32(1), T.uint32(32), "", "sync", "", "")
+                    B[bx * 128 + tx] = S[95 - tx]
+
+
 def _kernel(func: tirx.PrimFunc, name: str) -> Callable[[], tirx.PrimFunc]:
     return lambda: func.with_attr("global_symbol", name)
 
@@ -386,6 +440,10 @@ def uniform_cases() -> list[UniformCase]:
               loaded_loop_stripped),
         _case("shared_flag_while", "while polling a shared flag thread 0 updates",
               shared_flag_while_hand, shared_flag_while_stripped, n=3),
+        _case("warp_branch", "warp-uniform if (tx // 32 == 1): named barrier over one warp",
+              warp_branch_hand, warp_branch_stripped),
+        _case("warp_in_tail", "warp-uniform if inside bx*128+tx < n under n % 128 == 0",
+              warp_in_tail_hand, warp_in_tail_stripped, n=256),
     ]
 
 
@@ -397,7 +455,8 @@ def main() -> None:
     print(f"{'case':<18} {'barriers':>8}  {'racecheck hand':<15} {'racecheck tilewave':<18}")
     for case in uniform_cases():
         after = insert_shared_barriers(case.stripped(), "sm_90a")
-        count = after.script().count("lds_barrier")
+        text = after.script()
+        count = text.count("lds_barrier") + text.count("T.ptx.barrier(")
         verdicts = [
             "ok"
             if racecheck(without_assumes(f), "sm_90a", args=dict(case.scalars),
