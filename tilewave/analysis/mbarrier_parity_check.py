@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 from tvm import ir, tirx
 
-from tilewave.analysis.hopper_ops import mbarrier_element, mbarrier_wait_loop
+from tilewave.analysis.hopper_ops import mbarrier_element, mbarrier_role, mbarrier_wait_loop
 from tilewave.analysis.local_scalars import ScalarForwarder, single_assignment_scalars
 from tilewave.analysis.named_barrier_order import (
     _evaluate,
@@ -153,7 +153,6 @@ class _Element:
     arrive_ops: np.ndarray
     waits: np.ndarray
     offset: np.ndarray
-    last_parity: np.ndarray
     stopped: np.ndarray
     needed: np.ndarray
     #: per thread: index (in ``_Walk.stmts``) of the wait that set ``needed`` / the last wait
@@ -275,7 +274,7 @@ class _Walk:
         found = mbarrier_element(call)
         name = callee_name(call)
         if found is None:
-            if _is_wait(name) or "arrive" in name or "init" in name:
+            if mbarrier_role(call) is not None or "init" in name:
                 raise _Unknown  # an mbarrier this module cannot name
             return
         buffer, indices = found
@@ -318,7 +317,7 @@ class _Walk:
             state.arrive_ops[mask] += 1
             state.arrive_stmt = state.arrive_stmt or stmt
             return
-        if _is_wait(name):
+        if mbarrier_role(call) == "wait":
             parity = _operand(call, "phase") if name.startswith(_PTX) else call.args[1]
             if parity is None:
                 self.unmodelled.add(key[0])  # a wait on a state token, not a parity
@@ -338,7 +337,6 @@ class _Walk:
                 arrive_ops=np.zeros(n, np.int64),
                 waits=np.zeros(n, np.int64),
                 offset=np.zeros(n, np.int64),
-                last_parity=np.zeros(n, np.int64),
                 stopped=np.zeros(n, bool),
                 needed=np.zeros(n, np.int64),
                 need_stmt=np.zeros(n, np.int64),
@@ -399,7 +397,6 @@ class _Walk:
         state.needed[counted] = needed[counted]
         state.need_stmt[counted] = index
         state.waits[mask] += 1
-        state.last_parity[mask] = parity[mask]
         state.last_wait[mask] = index
 
     def where(self) -> str:
@@ -440,12 +437,6 @@ class _Walk:
 
 def _name(key: tuple[Any, int]) -> str:
     return f"{key[0].name}[{key[1]}]"
-
-
-def _is_wait(name: str) -> bool:
-    return name.startswith(
-        (_PTX + "mbarrier_try_wait", _PTX + "mbarrier_test_wait", "tirx.cuda.mbarrier_wait")
-    )
 
 
 def _is_mbarrier_call(call: Any) -> bool:
