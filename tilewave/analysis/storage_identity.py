@@ -211,7 +211,8 @@ def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) ->
         elif isinstance(node, tirx.DeclBuffer) and buffer_scope(node.buffer) in SHARED_SCOPES:
             storages[node.buffer] = _view(node, storages, pool)
 
-    post_order_visit(func.body, resolve)  # a view's source is declared before it
+    # a view's source is declared before it
+    post_order_visit(func.body, resolve, (tirx.AllocBuffer, tirx.DeclBuffer))
     return StorageMap(storages)
 
 

@@ -52,7 +52,7 @@ def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
         elif isinstance(node, (ir.expr.Call, tirx.Let)):
             ok = False
 
-    post_order_visit(expr, check)
+    post_order_visit(expr, check, (ir.expr.Var, ir.expr.TensorLoad, ir.expr.Call, tirx.Let))
     return ok
 
 

@@ -175,7 +175,9 @@ class UniformityAnalysis:
             elif isinstance(node, ir.expr.Call):
                 written.extend(self._reached_by_call(node))
 
-        post_order_visit(func.body, check)
+        post_order_visit(
+            func.body, check, (tirx.BufferStore, tirx.AllocBuffer, tirx.DeclBuffer, ir.expr.Call)
+        )
         if any(_key(b) not in params and _key(b) not in allocated for b in written):
             return {}  # a write through a view of unknown storage may reach any parameter
         dirty = {_key(b) for b in written}
@@ -249,7 +251,7 @@ class UniformityAnalysis:
             if isinstance(node, ir.expr.Var) and _key(node) in self._thread_vars:
                 found = True
 
-        post_order_visit(expr, check)
+        post_order_visit(expr, check, (ir.expr.Var,))
         return found
 
     # -- queries ---------------------------------------------------------------------------

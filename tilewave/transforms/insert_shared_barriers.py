@@ -388,10 +388,12 @@ class _Placer:
     def conflicts(self, access: SharedAccess, state: Iterable[_Instance]) -> list[_Instance]:
         """The pending instances ``access`` may race with."""
         writes = access.kind.writes
+        memory = _memory_key(access)
         return [
             inst
             for inst in state
             if (writes or inst.access.kind.writes)
+            and _may_share(memory, _memory_key(inst.access))
             and may_conflict(
                 inst.access,
                 access,
@@ -1077,6 +1079,28 @@ class _Placer:
         if len(out) == 1:
             return out[0]
         return tirx.SeqStmt(out)
+
+
+#: the memory key of an access whose storage is unknown: it may touch any shared memory
+_ANY_MEMORY = ("any",)
+
+
+def _memory_key(access: SharedAccess) -> tuple[Any, ...]:
+    """Which memory ``access`` touches, coarsely: accesses with different keys never
+    overlap (:func:`tilewave.analysis.storage_identity.storage_relation` is ``DISTINCT``
+    for them), so the conflict scan skips them without asking ``may_conflict``."""
+    storage = access.storage
+    if storage is None:
+        return ("buffer", hash(access.buffer))
+    if storage.root is None:
+        return _ANY_MEMORY
+    if storage.pool is not None:
+        return ("pool", storage.pool)
+    return ("root", hash(storage.root))
+
+
+def _may_share(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return a == b or a is _ANY_MEMORY or b is _ANY_MEMORY
 
 
 def _unit_wait(domain: str, count: int) -> Any:
