@@ -304,11 +304,10 @@ def _results(func: tirx.PrimFunc) -> list[np.ndarray]:
     return [run_lowered(func, order) for order in ORDERS]
 
 
-#: TVM's StorageRewrite may put two shared buffers in one allocation (a ``decl_buffer`` view
-#: over the other's data); the barrier pass and the verifier do not see such views as the same
-#: memory yet (tests/test_fuzz_sync.py::test_storage_rewrite_alias_is_synchronised), so the
-#: fuzz property runs with it off until that is fixed.
-FUZZ_CONFIG = {"tirx.disable_storage_rewrite": True}
+#: The ``PassContext`` config of the fuzz property: TVM's defaults, StorageRewrite on (it may
+#: put two shared buffers in one allocation, a ``decl_buffer`` view over the other's data;
+#: the barrier pass and the verifier compare storage, not buffer names).
+FUZZ_CONFIG: dict[str, Any] = {}
 
 
 def check_kernel(source: str, target: str, config: dict[str, Any] | None = None) -> Outcome:

@@ -330,7 +330,8 @@ def _same_statement_waw(finding) -> bool:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_lowered_kernel_is_race_free(name):
     case = CASES[name]
-    lowered = tilewave.lower(case.func, "sm_90a")
+    with tvm.transform.PassContext(config=case.config):
+        lowered = tilewave.lower(case.func, "sm_90a")
     symbol, kernel = _device_kernel(lowered)
     rng = np.random.default_rng(0)
     inputs = {k: rng.standard_normal(n).astype(dt) for k, (n, dt) in case.inputs.items()}
@@ -358,3 +359,17 @@ def test_storage_rewrite_really_folds_the_two_buffers_and_the_stage_sees_it():
     assert "data=Q.data" in before  # R became a view of Q's memory
     after = seen["after"]["storage_rewrite_reuse"].script()
     assert after.count("lds_barrier") + after.count("tvm_storage_sync") == 3
+
+
+def test_tvms_merge_after_the_stage_lays_a_buffer_over_another_and_it_is_ordered():
+    """With StorageRewrite off, MergeSharedMemoryAllocations (after the barrier stage) puts
+    R at Q's offset in the dynamic block; the stage had already ordered Q's last read before
+    R's first write, treating the two shared.dyn buffers as one memory."""
+    case = CASES["dyn_merge"]
+    with tvm.transform.PassContext(config=case.config):
+        _, kernel = _device_kernel(tilewave.lower(case.func, "sm_90a"))
+    text = kernel.script()
+    assert 'R_1 = buf_dyn_shmem.view("float32")' in text
+    assert 'Q = buf_dyn_shmem.view("float32")' in text  # both at byte 0
+    between = text.split("= Q[255 - threadIdx_x]")[1].split("R_1[threadIdx_x] =")[0]
+    assert "tvm_storage_sync" in between
