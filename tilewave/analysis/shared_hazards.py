@@ -197,12 +197,15 @@ class _Graph:
                 and action is not None
                 and action.is_full_barrier
             ):
-                conditions = (
-                    self.uniformity.thread_conditions(scope)
-                    if self.uniformity is not None
-                    else scope.conditions
+                uniformity = self.uniformity
+                role = role_of(
+                    uniformity.thread_conditions(scope) if uniformity else scope.conditions,
+                    self.tags,
+                    self.extents,
+                    self.scalars,
+                    scope.resolve,
+                    uniformity.is_block_uniform if uniformity else None,
                 )
-                role = role_of(conditions, self.tags, self.extents, self.scalars, scope.resolve)
             node = self.new(
                 accesses=statement_accesses(
                     stmt, scope, self._func_name, self.descriptors, self.scalars

@@ -7,14 +7,15 @@ orders the role's accesses without stopping the other roles (a ``__syncthreads``
 would deadlock). :func:`role_of` evaluates the path conditions of a statement for every
 thread of the block and returns the role when the threads that run it are whole warps.
 
-Conditions that do not mention a thread index (``kt > 0``) are the same for every thread
-and do not change the role; a condition mixing thread indices with other values cannot be
-evaluated here (no role).
+Conditions the same for every thread (``kt > 0``; by default: those that do not mention a
+thread index, or what the caller's ``uniform`` says, e.g. the uniformity analysis) do not
+change the role; any other condition mixing thread indices with other values, or reading
+memory other threads write, cannot be evaluated here (no role).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,25 +57,32 @@ def role_of(
     extents: Mapping[Any, int],
     scalars: Mapping[Any, Any] | None = None,
     resolve: Any = None,
+    uniform: Callable[[Any], bool] | None = None,
 ) -> WarpRole | None:
     """The warp role that runs under ``conditions`` (``(condition, holds)`` pairs, as in
-    ``AccessScope``), or ``None`` when it is not whole warps or cannot be computed."""
+    ``AccessScope``), or ``None`` when it is not whole warps or cannot be computed.
+    ``uniform(expr)``: whether a condition or one of its conjuncts is the same in every
+    thread of the block (default: it mentions no thread index)."""
     block = block_thread_values(dict(tags), dict(extents))
     if block is None:
         return None
     total, env = block
     forward = ScalarForwarder(dict(scalars or {}))
+
+    def thread_free(expr: Any) -> bool:
+        free = tirx.analysis.undefined_vars(expr, [])
+        return not any(any(v.same_as(t) for t in tags) for v in free)
+
+    same_everywhere = uniform if uniform is not None else thread_free
     mask = np.ones(total, bool)
     for cond, holds in conditions:
         expr = forward.visit(resolve(cond) if resolve is not None else cond)
-        free = tirx.analysis.undefined_vars(expr, [])
-        if not any(any(v.same_as(t) for t in tags) for v in free):
+        if same_everywhere(expr):
             continue  # the same for every thread
         terms = _terms(expr) if holds else [expr]
         value = np.ones(total, bool)
         for term in terms:
-            term_free = tirx.analysis.undefined_vars(term, [])
-            if not any(any(v.same_as(t) for t in tags) for v in term_free):
+            if same_everywhere(term):
                 continue
             try:
                 part = np.broadcast_to(np.asarray(_evaluate(term, env)), (total,)).astype(bool)

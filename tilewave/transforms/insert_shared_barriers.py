@@ -652,6 +652,7 @@ class _Placer:
                 self.thread_extents,
                 self.scalars,
                 scope.resolve,
+                self.uniformity.is_block_uniform,
             )
         return self._roles[scope]
 
