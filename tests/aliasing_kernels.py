@@ -6,7 +6,8 @@ the aliasing forms (a ``decl_buffer`` view of another buffer's data, a view at a
 TVM's ``MergeSharedMemoryAllocations`` lays over each other after the barrier stage,
 buffers TVM's
 ``StorageRewrite`` folds into one, a softmax with two reduction buffers) and the
-same-element loops (every thread copies one row; a ``T.bind`` value written by all).
+same-element loops (every thread copies one row; a ``T.bind`` value written by all, into
+a row or into one element).
 
 ``tests/transforms/test_insert_shared_barriers_aliasing.py`` lowers them and runs
 tilewave's racecheck; ``benchmarks/racecheck_h100.py`` runs them on the GPU.
@@ -132,6 +133,17 @@ def bound_row(A: T.Buffer((512,), "float32"), B: T.Buffer((256,), "float32")):
         B[tx] = S[(tx * 3) % 512]
 
 
+@T.prim_func
+def bound_scalar(A: T.Buffer((512,), "float32"), B: T.Buffer((256,), "float32")):
+    T.func_attr({"global_symbol": "bound_scalar"})
+    for tx in T.thread_binding(256, thread="threadIdx.x"):
+        S = T.alloc_buffer((1,), "float32", scope="shared")
+        for i in range(512):
+            v = T.bind(A[i] * T.float32(2))
+            S[0] = v
+        B[tx] = S[0] + A[tx]
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
     return (e / e.sum()).astype(np.float32)
@@ -188,5 +200,9 @@ CASES: dict[str, AliasCase] = {
     "bound_row": AliasCase(
         bound_row, {"A": (512, "float32"), "B": (256, "float32")}, "B",
         lambda a: 2 * a["A"][(np.arange(256) * 3) % 512],
+    ),
+    "bound_scalar": AliasCase(
+        bound_scalar, {"A": (512, "float32"), "B": (256, "float32")}, "B",
+        lambda a: 2 * a["A"][511] + a["A"][:256],
     ),
 }
