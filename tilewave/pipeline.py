@@ -236,6 +236,9 @@ STAGES: tuple[Stage, ...] = (
     _tvm("tirx.AnnotateEntryFunc", tirx.transform.AnnotateEntryFunc),
     # ---- tilewave's synchronisation stages (TVM runs ThreadSync("shared") here) ----
     # InsertSharedBarriers and InjectFenceProxy go here, before LowerTilewaveOps.
+    # Storage: StorageRewrite's reuse (above) is visible as decl_buffer views; the dynamic
+    # shared layout (PlanSharedLayout, below) may overlay distinct shared.dyn buffers, which
+    # the barrier decision already assumes (docs/passes/insert_shared_barriers.md).
     # Checked: unfixable hazards are refused before, and none may remain after (invariant).
     Stage(
         BARRIER_STAGE,

@@ -12,6 +12,7 @@ from tvm.script import tirx as T
 
 import tilewave
 from tilewave.analysis.shared_hazards import find_shared_hazards
+from tilewave.pipeline import BARRIER_STAGE, STAGES
 from tilewave.racecheck import racecheck
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
@@ -373,3 +374,11 @@ def test_tvms_merge_after_the_stage_lays_a_buffer_over_another_and_it_is_ordered
     assert 'Q = buf_dyn_shmem.view("float32")' in text  # both at byte 0
     between = text.split("= Q[255 - threadIdx_x]")[1].split("R_1[threadIdx_x] =")[0]
     assert "tvm_storage_sync" in between
+
+
+def test_the_pipeline_rewrites_storage_before_the_barrier_stage_and_lays_it_out_after():
+    """The order the storage model relies on: StorageRewrite's reuse is seen as views, and
+    the dynamic-shared layout (TVM's merge) comes after the decision that assumed it."""
+    names = [stage.name for stage in STAGES]
+    barrier = names.index(BARRIER_STAGE)
+    assert names.index("tirx.StorageRewrite") < barrier < names.index("tilewave.PlanSharedLayout")
