@@ -58,7 +58,7 @@ class Kernel:
     directives: dict[str, int]
 
 
-_MOD_RE = re.compile(r"\b(offen|lds|offset:(\d+)|vmcnt\((\d+)\)|lgkmcnt\((\d+)\))")
+_MOD_RE = re.compile(r"\b(offen|lds|offset:(-?\d+)|vmcnt\((\d+)\)|lgkmcnt\((\d+)\))")
 _SEL_RE = re.compile(r"\b(op_sel|op_sel_hi|neg_lo|neg_hi):\[([01,]+)\]")
 
 
@@ -278,6 +278,33 @@ class Simulator:
         self.check_pending(w, [("s", i) for i in range(r[1], r[1] + r[2])])
         for i in range(r[2]):
             w.sgpr[r[1] + i] = (value >> (32 * i)) & 0xFFFFFFFF
+
+    def pair(self, w: Wave, text: str) -> np.ndarray:
+        """A 64-bit VGPR pair (or SGPR pair / constant, broadcast) as 64 uint64 lanes."""
+        r = _reg(text)
+        if r is not None and r[0] == "s":
+            return np.full(LANES, self.sval(w, text, wide=True), dtype=np.uint64)
+        if r is None or r[2] != 2:
+            value = self.sval(w, text, wide=True)
+            return np.full(LANES, value, dtype=np.uint64)
+        lo, hi = self.vsrc(w, f"v{r[1]}"), self.vsrc(w, f"v{r[1] + 1}")
+        return lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
+
+    def set_pair(self, w: Wave, text: str, value: np.ndarray) -> None:
+        r = _reg(text)
+        assert r is not None and r[2] == 2
+        value = np.asarray(value, dtype=np.uint64)
+        self.vdst(w, f"v{r[1]}", (value & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        self.vdst(w, f"v{r[1] + 1}", (value >> np.uint64(32)).astype(np.uint32))
+
+    def global_addresses(self, w: Wave, vaddr: str, saddr: str, offset: int) -> np.ndarray:
+        """Per-lane byte addresses of a ``global_*`` access: ``v[a:b], off`` (64-bit
+        addresses) or ``vN, s[a:b]`` (SGPR base + zero-extended 32-bit VGPR offset), plus
+        the signed immediate offset."""
+        if saddr == "off":
+            return self.pair(w, vaddr).astype(np.int64) + offset
+        base = self.sval(w, saddr, wide=True)
+        return self.vsrc(w, vaddr).astype(np.int64) + base + offset
 
     def check_pending(self, w: Wave, units: list[tuple[str, int]]) -> None:
         for p in w.pending:
@@ -975,8 +1002,75 @@ def _packed_f32(sim: Simulator, w: Wave, ins: Inst) -> None:
         sim.vdst(w, f"v{r[1] + out}", value)
 
 
+_GLOBAL_SIZE = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16, "ushort": 2,
+                "short": 2, "byte": 1, "ubyte": 1, "sbyte": 1}
+
+
+def _global_load(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """global_load_* (``ubyte``/``ushort`` zero-, ``sbyte`` sign-extended into 32 bits)."""
+    dst, vaddr, saddr = ins.operands[:3]
+    name = ins.opcode.removeprefix("global_load_")
+    size = _GLOBAL_SIZE[name]
+    addrs = sim.global_addresses(w, vaddr, saddr, int(ins.mods.get("offset", 0)))
+    mask = w.exec_mask()
+    d = _reg(dst)
+    assert d is not None
+
+    def apply() -> None:  # memory is sampled when vmcnt retires the load
+        for lane in np.nonzero(mask)[0]:
+            data = sim.memory.read(int(addrs[lane]), size)
+            if size < 4:
+                value = int.from_bytes(data, "little", signed=name == "sbyte")
+                w.vgpr[d[1]][lane] = value & 0xFFFFFFFF
+            else:
+                for i, word in enumerate(struct.unpack(f"<{size // 4}I", data)):
+                    w.vgpr[d[1] + i][lane] = word
+
+    sim.issue(w, "vm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
+
+
+def _global_store(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """global_store_* (``short_d16_hi``: the data register's high 16 bits)."""
+    vaddr, data, saddr = ins.operands[:3]
+    name = ins.opcode.removeprefix("global_store_")
+    high = name.endswith("_d16_hi")
+    size = _GLOBAL_SIZE[name.removesuffix("_d16_hi")]
+    addrs = sim.global_addresses(w, vaddr, saddr, int(ins.mods.get("offset", 0)))
+    d = _reg(data)
+    assert d is not None
+    sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
+    writes = []
+    for lane in np.nonzero(w.exec_mask())[0]:
+        words = [int(w.vgpr[d[1] + i][lane]) for i in range(max(size // 4, 1))]
+        if size < 4:
+            value = words[0] >> 16 if high else words[0]
+            payload = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
+        else:
+            payload = struct.pack(f"<{size // 4}I", *words)
+        writes.append((int(addrs[lane]), payload))
+
+    def apply() -> None:  # the store reaches memory when vmcnt retires it
+        for addr, payload in writes:
+            sim.memory.write(addr, payload)
+
+    sim.issue(w, "vm", set(), apply, ins.line)
+
+
+def _s_add_carry(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """s_add_u32 (SCC = carry out) and s_addc_u32 (adds SCC): 64-bit address arithmetic."""
+    o = ins.operands
+    total = sim.sval(w, o[1]) + sim.sval(w, o[2]) + (w.scc if ins.opcode == "s_addc_u32" else 0)
+    w.scc = int(total >> 32)
+    sim.sdst(w, o[0], total & 0xFFFFFFFF)
+
+
 _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
     "v_mov_b64": _v_mov_b64,
+    **{f"global_load_{s}": _global_load for s in ("dword", "dwordx2", "dwordx3", "dwordx4",
+                                                   "ushort", "ubyte", "sbyte")},
+    **{f"global_store_{s}": _global_store for s in ("dword", "dwordx2", "dwordx4", "short",
+                                                     "byte", "short_d16_hi")},
+    "s_add_u32": _s_add_carry, "s_addc_u32": _s_add_carry,
     "v_pk_add_f32": _packed_f32, "v_pk_mul_f32": _packed_f32, "v_pk_fma_f32": _packed_f32,
     "v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas,
     **{op: _valu_f64 for op in (*_F64, "v_cvt_f64_f32", "v_cvt_f64_i32", "v_cvt_f32_f64",

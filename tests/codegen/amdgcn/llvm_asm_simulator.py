@@ -103,82 +103,6 @@ class LLVMAsmSimulator(Simulator):
             return super().step(w, Inst(base, _operands(ins), ins.mods, ins.line))
         return super().step(w, ins)
 
-    # -- 64-bit helpers ------------------------------------------------------------------
-    def pair(self, w: Wave, text: str) -> np.ndarray:
-        """A 64-bit VGPR pair (or SGPR pair, broadcast) as 64 uint64 lanes."""
-        r = _reg(text)
-        if r is not None and r[0] == "s":
-            return np.full(LANES, self.sval(w, text, wide=True), dtype=np.uint64)
-        if r is None or r[2] != 2:
-            value = self.sval(w, text, wide=True)
-            return np.full(LANES, value, dtype=np.uint64)
-        lo, hi = self.vsrc(w, f"v{r[1]}"), self.vsrc(w, f"v{r[1] + 1}")
-        return lo.astype(np.uint64) | (hi.astype(np.uint64) << np.uint64(32))
-
-    def set_pair(self, w: Wave, text: str, value: np.ndarray) -> None:
-        r = _reg(text)
-        assert r is not None and r[2] == 2
-        value = np.asarray(value, dtype=np.uint64)
-        self.vdst(w, f"v{r[1]}", (value & np.uint64(0xFFFFFFFF)).astype(np.uint32))
-        self.vdst(w, f"v{r[1] + 1}", (value >> np.uint64(32)).astype(np.uint32))
-
-    def global_addresses(self, w: Wave, vaddr: str, saddr: str, offset: int) -> np.ndarray:
-        if saddr == "off":
-            return self.pair(w, vaddr).astype(np.int64) + offset
-        base = self.sval(w, saddr, wide=True)
-        return self.vsrc(w, vaddr).astype(np.int64) + base + offset
-
-
-_GLOBAL_SIZE = {"dword": 4, "dwordx2": 8, "dwordx3": 12, "dwordx4": 16, "ushort": 2,
-                "short": 2, "byte": 1, "ubyte": 1, "sbyte": 1}
-
-
-def _global_load(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    dst, vaddr, saddr = _operands(ins)[:3]
-    size = _GLOBAL_SIZE[ins.opcode.split("_")[-1]]
-    addrs = sim.global_addresses(w, vaddr, saddr, int(_mods(ins).get("offset", 0)))
-    mask = w.exec_mask()
-    d = _reg(dst)
-    assert d is not None
-
-    def apply() -> None:
-        for lane in np.nonzero(mask)[0]:
-            data = sim.memory.read(int(addrs[lane]), size)
-            if size < 4:
-                w.vgpr[d[1]][lane] = int.from_bytes(data, "little")
-            else:
-                words = struct.unpack(f"<{size // 4}I", data)
-                for i, word in enumerate(words):
-                    w.vgpr[d[1] + i][lane] = word
-
-    sim.issue(w, "vm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
-
-
-def _global_store(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    vaddr, data, saddr = _operands(ins)[:3]
-    name = ins.opcode.removeprefix("global_store_")
-    high = name.endswith("_d16_hi")
-    size = _GLOBAL_SIZE[name.removesuffix("_d16_hi")]
-    addrs = sim.global_addresses(w, vaddr, saddr, int(_mods(ins).get("offset", 0)))
-    d = _reg(data)
-    assert d is not None
-    sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
-    writes = []
-    for lane in np.nonzero(w.exec_mask())[0]:
-        words = [int(w.vgpr[d[1] + i][lane]) for i in range(max(size // 4, 1))]
-        if size < 4:
-            value = words[0] >> 16 if high else words[0]
-            payload = (value & ((1 << (8 * size)) - 1)).to_bytes(size, "little")
-        else:
-            payload = struct.pack(f"<{size // 4}I", *words)
-        writes.append((int(addrs[lane]), payload))
-
-    def apply() -> None:
-        for addr, payload in writes:
-            sim.memory.write(addr, payload)
-
-    sim.issue(w, "vm", set(), apply, ins.line)
-
 
 def _ds_read2(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
     """ds_read2_b32/b64 (offsets in elements) and ds_read2st64_b32 (in 64-element units)."""
@@ -231,14 +155,10 @@ def _valu64(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
 
 
 def _salu_carry(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    """s_add_u32 (SCC = carry out), s_addc_u32 (plus SCC), s_add_i32, s_lshl_b64, k-forms."""
+    """s_add_i32, s_lshl_b64 and the k-forms (s_add_u32/s_addc_u32 carries: the base)."""
     o = _operands(ins)
     op = ins.opcode
-    if op in ("s_add_u32", "s_addc_u32"):
-        total = sim.sval(w, o[1]) + sim.sval(w, o[2]) + (w.scc if op == "s_addc_u32" else 0)
-        w.scc = int(total >> 32)
-        sim.sdst(w, o[0], total & 0xFFFFFFFF)
-    elif op == "s_add_i32":
+    if op == "s_add_i32":
         sim.sdst(w, o[0], (sim.sval(w, o[1]) + sim.sval(w, o[2])) & 0xFFFFFFFF)
     elif op == "s_lshl_b64":
         value = (sim.sval(w, o[1], wide=True) << (sim.sval(w, o[2]) & 63)) & ((1 << 64) - 1)
@@ -301,14 +221,10 @@ def _fused(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
 
 
 _LLVM_HANDLERS = {
-    **{f"global_load_{s}": _global_load for s in ("dword", "dwordx2", "dwordx3", "dwordx4",
-                                                   "ushort", "ubyte", "sbyte")},
-    **{f"global_store_{s}": _global_store for s in ("dword", "dwordx2", "dwordx4", "short",
-                                                     "byte", "short_d16_hi")},
     "ds_read2_b32": _ds_read2, "ds_read2_b64": _ds_read2, "ds_read2st64_b32": _ds_read2,
     "ds_write_b16_d16_hi": _ds_write_hi,
     "v_lshl_add_u64": _valu64, "v_lshlrev_b64": _valu64,
-    **{op: _salu_carry for op in ("s_add_u32", "s_addc_u32", "s_add_i32", "s_lshl_b64",
+    **{op: _salu_carry for op in ("s_add_i32", "s_lshl_b64",
                                   "s_movk_i32", "s_mulk_i32", "s_cmpk_lg_i32")},
     **{op: _fused for op in ("v_fmac_f32_e32", "v_fmamk_f32", "v_add_lshl_u32", "v_and_or_b32",
                              "v_mul_u32_u24_e32")},

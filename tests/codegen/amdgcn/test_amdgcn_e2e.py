@@ -172,14 +172,14 @@ def test_simulator_gives_a_wrong_transpose_without_the_wait_before_s_barrier():
 
 def test_copy_vec4_uses_16_byte_accesses():
     asm = compiled("copy_vec4").asm
-    assert "buffer_load_dwordx4" in asm and "buffer_store_dwordx4" in asm
-    assert "buffer_load_dword " not in asm
+    assert "global_load_dwordx4" in asm and "global_store_dwordx4" in asm
+    assert "global_load_dword " not in asm
 
 
 def test_loop_counter_is_an_sgpr_and_accumulator_is_chained():
     # row_sum's 32-step loop is unrolled: contiguous loads become dwordx4, no loop is left
     body = asm_body(compiled("row_sum").asm)
-    assert "s_cbranch_scc1" not in body and body.count("buffer_load_dwordx4") == 8
+    assert "s_cbranch_scc1" not in body and body.count("global_load_dwordx4") == 8
     fma_or_add = re.search(r"v_add_f32 (v\d+), (v\d+), (v\d+)", body)
     assert fma_or_add and fma_or_add.group(1) in (fma_or_add.group(2), fma_or_add.group(3))
     # sgemm_regtile's k loop (32 steps of 16 FMAs) is unrolled by 4: 8 steps on an SGPR

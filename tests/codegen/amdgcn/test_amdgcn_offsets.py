@@ -1,9 +1,11 @@
-"""Signed buffer offsets: halo accesses (``A[bx * 64 + tx - 1]``) whose per-lane part is
-negative for some lanes must still read and write the right element.
+"""Signed offsets: halo accesses (``A[bx * 64 + tx - 1]``) whose per-lane part is negative
+for some lanes must still read and write the right element.
 
-MUBUF adds ``vaddr``, ``soffset`` and the offset field as unsigned 32-bit numbers and checks
-the sum against ``num_records``; a per-lane part of ``-4`` (``0xFFFFFFFC``) makes a valid
-access out of range (the load reads 0). Each kernel runs on the ISA simulator against
+``global_*`` zero-extends the 32-bit ``vaddr`` and adds a signed 13-bit immediate; MUBUF (kept
+for buffers a ``Select`` arm loads) adds ``vaddr``, ``soffset`` and the offset field as
+unsigned 32-bit numbers and checks the sum against ``num_records``. Either way a per-lane
+part of ``-4`` (``0xFFFFFFFC``) would address the wrong place, so only provably
+non-negative parts are split off a constant. Each kernel runs on the ISA simulator against
 NumPy, on sizes whose first and last elements sit at the block and buffer boundaries.
 """
 
@@ -136,13 +138,31 @@ def test_loop_row_offset_with_negative_lane_offset():
     np.testing.assert_array_equal(b, ref)
 
 
-def test_non_negative_parts_still_split_between_vaddr_and_soffset():
-    # the fix keeps the cheap form when both parts are provably >= 0: A[bx*64 + tx + 1]
+def test_halo_loads_share_one_lane_address_with_signed_immediates():
+    # global_* adds a signed 13-bit immediate to the zero-extended vaddr: A[bx*64 + tx + d]
+    # for d = -1, 0, 1 is one non-negative vaddr (bx*64 + tx)*4 and offsets -4, 0, 4
     func, _ = stencil_1d(256, 1)
     compiled = amdgcn.compile_device_func(amdgcn.device_function(func, "gfx942"), "gfx942")
     loads = [ln.split(";")[0].strip() for ln in compiled.asm.splitlines()
-             if ln.strip().startswith("buffer_load_dword")]
+             if ln.strip().startswith("global_load_dword")]
     assert len(loads) == 3
-    # A[i - 1]: one signed index in vaddr, soffset 0; A[i], A[i + 1]: tx part + bx soffset
-    assert sum(ln.endswith("s[4:7], 0 offen offset:0") for ln in loads) == 1, loads
-    assert any(ln.endswith("offset:4") and ", 0 offen" not in ln for ln in loads), loads
+    assert len({ln.split(",")[1] for ln in loads}) == 1, loads
+    assert sorted(int(ln.split("offset:")[1]) if "offset:" in ln else 0 for ln in loads) == [
+        -4, 0, 4]
+
+
+@T.prim_func
+def gather_minus_five(A: T.Buffer((64,), "float32"), Idx: T.Buffer((64,), "int32"),
+                      B: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        B[tx] = A[Idx[tx] + 5]  # Idx[tx] may be negative: 5 must not go to the offset field
+
+
+def test_a_possibly_negative_lane_part_keeps_its_constant_in_vaddr():
+    a = rng.standard_normal(64).astype(np.float32)
+    idx = (np.arange(64, dtype=np.int32) * 5) % 64 - 5
+    b = np.zeros(64, np.float32)
+    asm = run(gather_minus_five, [a, idx, b], (1, 1, 1), (64, 1, 1))
+    np.testing.assert_array_equal(b, a[idx + 5])
+    gather = [ln for ln in asm.splitlines() if ln.strip().startswith("global_load") and "; A" in ln]
+    assert len(gather) == 1 and "offset:" not in gather[0], gather

@@ -19,7 +19,8 @@ def compiled(func):
 
 
 def loads(asm: str) -> int:
-    return sum(ln.strip().startswith(("buffer_load", "ds_read")) for ln in asm.splitlines())
+    kinds = ("global_load", "buffer_load", "ds_read")
+    return sum(ln.strip().startswith(kinds) for ln in asm.splitlines())
 
 
 @T.prim_func

@@ -44,7 +44,7 @@ _SALU = (
     "s_mov_b32 s_mov_b64 s_add_u32 s_sub_u32 s_add_i32 s_sub_i32 s_mul_i32 s_lshl_b32 "
     "s_lshr_b32 s_ashr_i32 s_and_b32 s_or_b32 s_xor_b32 s_and_b64 s_or_b64 s_andn2_b64 "
     "s_and_saveexec_b64 s_cselect_b32 s_min_i32 s_max_i32 s_min_u32 s_max_u32 s_nop "
-    "s_lshl_add_u32 s_mul_hi_u32 s_mul_hi_i32 s_not_b32"
+    "s_lshl_add_u32 s_mul_hi_u32 s_mul_hi_i32 s_not_b32 s_addc_u32"
 ).split()
 _SCMP = [f"s_cmp_{c}_{t}" for c in ("eq", "lg", "lt", "le", "gt", "ge") for t in ("i32", "u32")]
 _VOP2 = {  # opcode: commutes
@@ -111,6 +111,8 @@ _TABLE.update(
             "buffer_load_ushort",
             "buffer_load_ubyte",
             "buffer_load_sbyte",
+            *(f"global_load_{w}" for w in ("dword", "dwordx2", "dwordx4", "ushort", "ubyte",
+                                           "sbyte")),
         )
     }
 )
@@ -123,6 +125,7 @@ _TABLE.update(
             "buffer_store_dwordx4",
             "buffer_store_short",
             "buffer_store_byte",
+            *(f"global_store_{w}" for w in ("dword", "dwordx2", "dwordx4", "short", "byte")),
             # LDS DMA (gather-to-LDS): the data goes to LDS (M0 + lane offset), not to a
             # VGPR. dword on gfx942 and gfx950, dwordx4 on gfx950 only.
             "buffer_load_dword_lds",

@@ -7,9 +7,11 @@ serial-loop counters are uniform (SGPRs), ``threadIdx`` and every buffer load ar
 (VGPRs). An operation whose operands are all uniform runs on the SALU, anything else on
 the VALU — the opcode comes from the small template tables below, never from if-chains.
 
-Memory: global buffers are addressed through buffer resource descriptors (one SRD per
-argument, built from the kernarg pointer); a uniform byte offset goes in ``soffset``, a
-per-lane one in ``vaddr`` (``offen``), constant parts in the instruction's offset field.
+Memory: global buffers are addressed by ``global_*`` instructions with the argument's base
+address in an SGPR pair, a 32-bit per-lane offset and a signed 13-bit constant
+(:mod:`.global_memory`); buffers a ``Select`` arm loads and LDS DMA sources keep a buffer
+resource descriptor (MUBUF: a uniform byte offset in ``soffset``, a per-lane one in
+``vaddr``, constants in the offset field), whose range check makes a speculative load safe.
 Shared buffers get a static LDS offset; ``ds_*`` instructions fold the constant part of the
 address into their 16-bit offset field. ``T.vectorized`` loops of width 2/4 over 32-bit
 data become ``dwordx2/x4`` (``ds_*_b64/b128``) accesses when the index is provably aligned.
@@ -25,6 +27,14 @@ from dataclasses import dataclass
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilewave.codegen.amdgcn.global_memory import (
+    GlobalMemory,
+    base_pair,
+    buffers_needing_srd,
+    place_late_prologue,
+)
+from tilewave.codegen.amdgcn.global_memory import scale_term as _scale
+from tilewave.codegen.amdgcn.global_memory import sum_terms as _sum
 from tilewave.codegen.amdgcn.isa import op_info
 from tilewave.codegen.amdgcn.isel_ops import OpSelection
 from tilewave.codegen.amdgcn.kir import (
@@ -175,7 +185,9 @@ class _Buffer:
     scope: str
     dtype: str
     shape: tuple[int | object, ...]  # global buffers may have symbolic dimensions
-    srd: VReg | None = None  # global
+    srd: VReg | None = None  # global, MUBUF-addressed (see global_memory.py)
+    base: Operand | None = None  # global: the 64-bit base address (an SGPR pair)
+    base_load: Instr | None = None  # global: the s_load_dwordx2 of the base
     lds_offset: int = 0  # shared
     regs: list[Operand] | None = None  # local: one register (or range element) per element
 
@@ -312,7 +324,7 @@ def split_constant(expr: object) -> tuple[object | None, int]:
     return expr, 0
 
 
-class _Selector(OpSelection):
+class _Selector(OpSelection, GlobalMemory):
     def __init__(self, func: tirx.PrimFunc, info: TargetInfo) -> None:
         self.func = func
         self.info = info
@@ -340,6 +352,10 @@ class _Selector(OpSelection):
         self.loops = LoopNest()  # enclosing serial loops (for loop-invariant hoisting)
         self.sink: list[Instr | Label] | None = None  # where emit() appends (None: the body)
         self.unrolling = 0  # depth of unrolled loops being selected (wide loads pay off there)
+        # code found necessary during selection, placed after the instruction it names
+        self.late_prologue: list[tuple[Instr, Instr]] = []
+        self.windows: dict[tuple[int, int], VReg] = {}  # (buffer, 4 KiB window) -> base pair
+        self.mubuf = buffers_needing_srd(func.body, _select_parts, _address_of)
 
     # -- emission helpers -------------------------------------------------------------
     def emit(
@@ -353,6 +369,12 @@ class _Selector(OpSelection):
     ) -> None:
         out = self.prog.body if self.sink is None else self.sink
         out.append(Instr(opcode, list(defs), list(uses), mods, target, comment))
+
+    def last_emitted(self) -> Instr:
+        out = self.prog.body if self.sink is None else self.sink
+        last = out[-1]
+        assert isinstance(last, Instr)
+        return last
 
     def label(self, stem: str) -> str:
         return f".L{self.name}_{stem}{next(self.labels)}"
@@ -470,7 +492,9 @@ class _Selector(OpSelection):
             self.buffers[param] = self.global_buffer(param, param.ty, kernarg_offset)
 
     def global_buffer(self, var: object, ty: object, kernarg_offset: int) -> _Buffer:
-        """A global buffer with its SRD built from the pointer at ``kernarg_offset``.
+        """A global buffer: its base address loaded from the pointer at ``kernarg_offset``
+        (and, for the buffers :func:`buffers_needing_srd` names, a buffer resource descriptor
+        around it).
 
         ``num_records`` is the buffer's size in bytes: a constant, or computed on the SALU
         when the shape uses scalar kernel arguments (``T.Buffer((n,))``).
@@ -486,9 +510,16 @@ class _Selector(OpSelection):
                 "is not a scalar kernel argument",
                 "Make every symbolic dimension an int32 parameter of the PrimFunc.",
             )
-        buf.srd = VReg("s", 4, 4, name=f"srd_{var.name}")
-        self.emit("s_load_dwordx2", [Sub(buf.srd, 0, 2)],
-                  [self.kernarg, Imm.of_int(kernarg_offset)], comment=f"{var.name}: base address")
+        if var not in self.mubuf:
+            buf.base = base_pair(var.name)
+        else:
+            buf.srd = VReg("s", 4, 4, name=f"srd_{var.name}")
+            buf.base = Sub(buf.srd, 0, 2)
+        self.emit("s_load_dwordx2", [buf.base], [self.kernarg, Imm.of_int(kernarg_offset)],
+                  comment=f"{var.name}: base address")
+        buf.base_load = self.last_emitted()
+        if buf.srd is None:
+            return buf
         records = self.expr(size).op
         # words 2-3 (num_records, format) equal to an earlier SRD's: one 64-bit copy
         records_key = records.bits if isinstance(records, Imm) else repr(records)
@@ -783,7 +814,8 @@ class _Selector(OpSelection):
         if known is not None:
             return known
         if not (self.unrolling and buf.scope == "global" and buf.elem_bytes == 4
-                and (rest is None or self.bits.facts(rest).tz >= 2)):
+                and (rest is None or self.bits.facts(rest).tz >= 2)
+                and (buf.srd is not None or _whole_groups(buf))):
             value = self.load(buf, expr.source, expr.indices)
             self.values.record(key(const), value, reads=reads)
             return value
@@ -1674,7 +1706,9 @@ class _Selector(OpSelection):
     def memory_op(
         self, buf: _Buffer, var: object, flat: object, data: Operand, size: int, store: bool
     ) -> None:
-        if buf.scope == "global":
+        if buf.scope == "global" and buf.srd is None:
+            self.global_op(buf, flat, data, size, store, var)
+        elif buf.scope == "global":
             self.buffer_op(buf, flat, data, size, store, var)
         else:
             offset, const = self.byte_offset(buf, flat)
@@ -1714,6 +1748,12 @@ class _Selector(OpSelection):
                       mods)
 
 
+def _whole_groups(buf: _Buffer) -> bool:
+    """A constant element count that is a multiple of 4: an aligned group of four around an
+    element inside the buffer lies inside it (no bounds check protects a global load)."""
+    return all(isinstance(d, int) for d in buf.shape) and buf.numel % 4 == 0
+
+
 def _add_terms(expr: object, lets: dict[object, object]) -> list[object]:
     """The summands of a tree of ``+``, looking through the let variables in ``lets``."""
     if isinstance(expr, ir.expr.Var) and expr in lets:
@@ -1721,27 +1761,6 @@ def _add_terms(expr: object, lets: dict[object, object]) -> list[object]:
     if isinstance(expr, tirx.Add):
         return _add_terms(expr.a, lets) + _add_terms(expr.b, lets)
     return [expr]
-
-
-def _scale(term: object, factor: int) -> object:
-    """``term * factor``, folded into ``term``'s own constant factor when it has one."""
-    if factor == 1:
-        return term
-    if isinstance(term, tirx.IntImm):
-        return tirx.IntImm(str(term.ty), term.value * factor)
-    if isinstance(term, tirx.Mul) and isinstance(term.b, tirx.IntImm):
-        return tirx.Mul(term.a, tirx.IntImm(str(term.b.ty), term.b.value * factor))
-    if isinstance(term, tirx.Mul) and isinstance(term.a, tirx.IntImm):
-        return tirx.Mul(term.b, tirx.IntImm(str(term.a.ty), term.a.value * factor))
-    return tirx.Mul(term, tirx.IntImm("int32", factor))
-
-
-def _sum(terms: list[object]) -> object | None:
-    """``terms[0] + terms[1] + ...`` (None for no terms)."""
-    total = None
-    for term in terms:
-        total = term if total is None else tirx.Add(total, term)
-    return total
 
 
 def _bf16_storage_load(expr: object) -> object:
@@ -1832,4 +1851,5 @@ def select(func: tirx.PrimFunc, info: TargetInfo) -> Program:
     sel.prologue()
     sel.stmt_(func.body)
     sel.emit("s_endpgm")
+    place_late_prologue(sel.prog.body, sel.late_prologue)
     return sel.prog

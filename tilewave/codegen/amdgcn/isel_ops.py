@@ -85,11 +85,12 @@ class OpSelection:
     ``valu``, ``vreg``, ``lane_mask``, ``error``, ``values`` and ``loops``)."""
 
     # -- constants ---------------------------------------------------------------------------
-    def constant(self, bits: int, cls: str = "v") -> Operand:
+    def constant(self, bits: int, cls: str = "v", register: bool = False) -> Operand:
         """A register holding the 32-bit pattern ``bits``, materialised once per scope and
-        before the outermost enclosing loop (so loops do not re-create it)."""
+        before the outermost enclosing loop (so loops do not re-create it). An inline
+        constant is returned as the immediate unless ``register`` asks for a register."""
         imm = Imm.of_int(bits)
-        if imm.is_inline:
+        if imm.is_inline and not register:
             return imm
         key = ir.expr.StringImm(f"constant:{cls}:{bits & 0xFFFFFFFF:#x}")
         known = self.values.lookup(key)

@@ -103,8 +103,14 @@ class WaitState:
     def issue(self, counter: str, writes: set[tuple[str, int]], smem: bool) -> None:
         """Record one new operation of ``counter`` writing ``writes``."""
         s = self.counters[counter]
-        s.pending = min(s.pending + 1, MAX_COUNT[counter] + 1)
-        s.dist = {r: d + 1 for r, d in s.dist.items() if d + 1 < s.pending}
+        top = MAX_COUNT[counter]
+        s.pending = min(s.pending + 1, top + 1)
+        # pending == top + 1 means "more than the field can count": a register is then known
+        # complete only through a wait, and its distance saturates at the largest count
+        # (cnt(top) leaves at most ``top`` newer operations outstanding, in issue order)
+        saturated = s.pending > top
+        s.dist = {r: min(d + 1, top) for r, d in s.dist.items()
+                  if saturated or d + 1 < s.pending}
         for reg in writes:
             s.dist[reg] = 0
         s.smem = s.smem or smem
