@@ -8,6 +8,7 @@ import itertools
 
 import numpy as np
 import tvm
+from example_loader import REPO_ROOT, load_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tvm import tirx
@@ -124,50 +125,10 @@ def test_dynamic_buffers_of_a_kernel_tilewave_lays_out_are_apart():
 
 
 # --- the verifier reports each aliasing hazard when the barrier is missing ---------------
-@T.prim_func
-def through_view(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    for tx in T.thread_binding(64, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "float32", scope="shared")
-        V = T.decl_buffer((64,), "float32", data=S.data, scope="shared")
-        S[tx] = A[tx]
-        B[tx] = V[63 - tx]
-        S[tx] = A[tx] * T.float32(2)
-
-
-@T.prim_func
-def reused(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32")):
-    with T.launch_thread("threadIdx.x", 32) as tx:
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        Q_1 = T.decl_buffer((32,), "int32", data=Q.data, scope="shared")
-        B[tx] = B[tx] * 2 + Q[tx]
-        Q_1[31 - tx] = A[tx] + 1
-
-
-@T.prim_func
-def dyn_pair(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    for tx in T.thread_binding(64, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "float32", scope="shared.dyn")
-        R = T.alloc_buffer((64,), "float32", scope="shared.dyn")
-        S[tx] = A[tx]
-        B[tx] = R[tx]
-
-
-@T.prim_func
-def sizes(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float16")):
-    for tx in T.thread_binding(64, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "float32", scope="shared.dyn")
-        H = T.decl_buffer((128,), "float16", data=S.data, scope="shared.dyn")
-        S[tx] = A[tx]
-        B[tx] = H[127 - tx * 2]
-
-
-@T.prim_func
-def offset(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "float32", scope="shared")
-        H = T.decl_buffer((32,), "float32", data=T.address_of(S[32]), scope="shared")
-        S[tx + 32] = A[tx]
-        B[tx] = H[31 - tx]
+#: the pass's before/after kernels: the verifier must find each "before" racy on its own
+PASS_TESTS = load_module(
+    REPO_ROOT / "tests/transforms/test_insert_shared_barriers_aliasing.py", "aliasing_pass_tests"
+)
 
 
 def _found(func) -> list[tuple[str, str, str]]:
@@ -178,18 +139,25 @@ def _found(func) -> list[tuple[str, str, str]]:
 
 
 def test_the_verifier_reports_every_aliasing_form():
-    assert _found(through_view) == [("RAW", "S", "V"), ("WAR", "V", "S")]
-    assert _found(reused) == [("WAR", "Q", "Q_1")]
-    assert _found(dyn_pair) == [("RAW", "S", "R")]
-    assert _found(sizes) == [("RAW", "S", "H")]
-    assert _found(offset) == [("RAW", "S", "H")]
+    kernels = PASS_TESTS
+    assert _found(kernels.view_before) == [("RAW", "S", "V")]
+    assert _found(kernels.offset_before) == [("RAW", "S", "H")]
+    assert _found(kernels.reuse_before) == [("WAR", "Q", "Q_1")]
+    assert _found(kernels.dyn_pair_before) == [("WAR", "S", "R")]
+    assert _found(kernels.dyn_sizes_before) == [("RAW", "S", "H"), ("RAW", "S", "H")]
+    assert _found(kernels.static_pair_before) == []
+    with tvm.transform.PassContext(config={"tirx.merge_static_smem": True}):
+        assert _found(kernels.static_pair_before) == [("WAR", "S", "R")]
+    for name in ("view", "offset", "reuse", "dyn_pair", "dyn_sizes"):
+        assert _found(getattr(kernels, f"{name}_after")) == [], name
 
 
 def test_the_verifiers_model_is_its_own():
     """The verifier judges two buffers through SharedMemoryModel, not through the pass's
     storage map: accesses collected without a map still conflict there."""
+    sizes = PASS_TESTS.dyn_sizes_before
     body = sizes.body.body.seq
-    write, read = statement_accesses(body[2])[-1], statement_accesses(body[3])[-1]
+    write, read = statement_accesses(body[2])[-1], statement_accesses(body[5])[-1]
     extents = collect_thread_extents(sizes)
     assert write.storage is None and not may_conflict(write, read, extents)
     assert SharedMemoryModel(sizes).conflict(write, read, extents)

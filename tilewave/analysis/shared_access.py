@@ -51,7 +51,7 @@ from tilewave.analysis.storage_identity import (
     storage_relation,
     unit_index,
 )
-from tilewave.analysis.uniform_writes import writes_same_everywhere
+from tilewave.analysis.uniform_writes import stores_alike
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
 from tilewave.ir.walker import TIRVisitor, post_order_visit, substitute
@@ -268,6 +268,25 @@ class SharedAccess:
         if not self.scalars:
             return expr
         return ScalarForwarder(dict(self.scalars)).visit(expr)
+
+    def spread_over(self, buffer: Any, start: Any, count: int) -> SharedAccess:
+        """This access moved to ``buffer[start + k]`` for every ``k`` in ``[0, count)`` (one
+        of its elements covers ``count`` elements of ``buffer``): same kind, statement,
+        loops (plus one over ``k``), scope and completion."""
+        loops = self.loops
+        if count > 1:
+            dtype = str(start.ty)
+            slot = tirx.Var(f"{self.buffer.name}_slot", dtype)
+            start = start + slot
+            bounds = (tirx.IntImm(dtype, 0), tirx.IntImm(dtype, count))
+            loops = (*loops, LoopRange(slot, 0, count, bounds=bounds))
+        moved = SharedAccess(buffer, self.kind, (start,), self.stmt, loops, self.scope)
+        moved.async_domain = self.async_domain
+        moved.completes_on = self.completes_on
+        moved.scalars = self.scalars
+        moved.collective = self.collective
+        moved.mbarrier_access = self.mbarrier_access
+        return moved
 
     @property
     def async_group(self) -> bool:
@@ -902,7 +921,7 @@ def may_conflict(
     hardware orders them). An async write is also unordered with respect to its own
     thread, so per-thread ownership is not used for it. Two stores that every thread makes
     with the same element and value
-    (:func:`tilewave.analysis.uniform_writes.writes_same_everywhere`) need no order.
+    (:func:`tilewave.analysis.uniform_writes.stores_alike`) need no order.
 
     Accesses of two buffers conflict when their bytes may overlap in one storage (views
     of one allocation, ``shared.dyn`` buffers TVM merges later; see
@@ -913,12 +932,7 @@ def may_conflict(
         return False
     if a.kind is AccessKind.ATOMIC and b.kind is AccessKind.ATOMIC:
         return False
-    if (
-        a.kind is AccessKind.WRITE
-        and b.kind is AccessKind.WRITE
-        and writes_same_everywhere(a, thread_extents)
-        and writes_same_everywhere(b, thread_extents)
-    ):
+    if stores_alike(a, b, thread_extents):
         return False
     if not a.buffer.same_as(b.buffer):
         pair = _on_one_storage(a, b)
@@ -979,20 +993,7 @@ def _unit_view(access: SharedAccess, unit: int) -> SharedAccess | None:
         index = unit_index(storage, access.indices, unit)
     view = None
     if index is not None and storage is not None and storage.root is not None:
-        loops = access.loops
-        slots = storage.itemsize // unit
-        if slots > 1:
-            dtype = str(index.ty)
-            slot = tirx.Var(f"{access.buffer.name}_slot", dtype)
-            index = index + slot
-            bounds = (tirx.IntImm(dtype, 0), tirx.IntImm(dtype, slots))
-            loops = (*loops, LoopRange(slot, 0, slots, bounds=bounds))
-        view = SharedAccess(storage.root, access.kind, (index,), access.stmt, loops, access.scope)
-        view.async_domain = access.async_domain
-        view.completes_on = access.completes_on
-        view.scalars = access.scalars
-        view.collective = access.collective
-        view.mbarrier_access = access.mbarrier_access
+        view = access.spread_over(storage.root, index, storage.itemsize // unit)
     views[unit] = view
     return view
 

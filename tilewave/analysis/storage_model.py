@@ -29,9 +29,9 @@ from typing import Any
 import tvm
 from tvm import ir, tirx
 
-from tilewave.analysis.shared_access import AccessKind, LoopRange, SharedAccess, may_conflict
+from tilewave.analysis.shared_access import AccessKind, SharedAccess, may_conflict
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
-from tilewave.analysis.uniform_writes import writes_same_everywhere
+from tilewave.analysis.uniform_writes import stores_alike
 from tilewave.ir.walker import TIRVisitor
 
 __all__ = ["SharedMemoryModel"]
@@ -71,7 +71,7 @@ def _linear_offset(buffer: Any, indices: list[Any]) -> Any | None:
             step = step * int(extent.value) if step is not None else None
     if len(strides) != len(indices) or any(s is None for s in strides):
         return None
-    total: Any = int(ty.elem_offset.value)
+    total: Any = tirx.IntImm("int32", int(ty.elem_offset.value))
     for index, stride in zip(indices, strides, strict=True):
         total = index * stride + total
     return total
@@ -182,12 +182,7 @@ class SharedMemoryModel:
             return False
         if a.kind is AccessKind.ATOMIC and b.kind is AccessKind.ATOMIC:
             return False
-        if (
-            a.kind is AccessKind.WRITE
-            and b.kind is AccessKind.WRITE
-            and writes_same_everywhere(a, thread_extents)
-            and writes_same_everywhere(b, thread_extents)
-        ):
+        if stores_alike(a, b, thread_extents):
             return False
         unknown = self.overlap_unknown(a, b)
         if unknown is not None:
@@ -206,18 +201,8 @@ class SharedMemoryModel:
         if access.indices is not None and place.byte is not None:
             offset = _linear_offset(access.buffer, list(access.indices))
         found = None
-        if offset is not None:
-            dtype = str(offset.ty) if hasattr(offset, "ty") else "int32"
-            byte = tirx.Var(f"{access.buffer.name}_byte", dtype)
-            address = offset * place.size + place.byte + byte
-            zero, end = tirx.IntImm(dtype, 0), tirx.IntImm(dtype, place.size)
-            loops = (*access.loops, LoopRange(byte, 0, place.size, bounds=(zero, end)))
-            found = SharedAccess(
-                place.allocation, access.kind, (address,), access.stmt, loops, access.scope
-            )
-            found.async_domain = access.async_domain
-            found.completes_on = access.completes_on
-            found.scalars = access.scalars
-            found.collective = access.collective
+        if offset is not None and place.byte is not None:
+            first = offset * place.size + place.byte  # its first byte
+            found = access.spread_over(place.allocation, first, place.size)
         self._bytes[access] = found
         return found

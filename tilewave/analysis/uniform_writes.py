@@ -30,7 +30,7 @@ from tilewave.ir.walker import post_order_visit
 if TYPE_CHECKING:
     from tilewave.analysis.shared_access import SharedAccess
 
-__all__ = ["writes_same_everywhere"]
+__all__ = ["stores_alike", "writes_same_everywhere"]
 
 _PER_THREAD_SCOPES = frozenset({"shared", "shared.dyn", "local", "warp", "wmma.accumulator"})
 
@@ -91,3 +91,16 @@ def _same_everywhere(access: SharedAccess, thread_vars: list[Any]) -> bool:
             return False
         exprs += list(loop.bounds)
     return all(_uniform(expr, thread_vars) for expr in exprs)
+
+
+def stores_alike(a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int]) -> bool:
+    """True when ``a`` and ``b`` are both plain stores that every thread makes alike (see
+    the module doc): no order is needed between them."""
+    from tilewave.analysis.shared_access import AccessKind
+
+    return (
+        a.kind is AccessKind.WRITE
+        and b.kind is AccessKind.WRITE
+        and writes_same_everywhere(a, thread_extents)
+        and writes_same_everywhere(b, thread_extents)
+    )
