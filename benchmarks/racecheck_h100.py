@@ -69,7 +69,7 @@ def buffer_identity() -> Iterator[None]:
 
     with mock.patch.object(isb, "storage_map", lambda func: None), \
             mock.patch.object(SharedMemoryModel, "conflict", lambda *a, **k: False), \
-            mock.patch.object(shared_access, "writes_same_everywhere", lambda *a: False):
+            mock.patch.object(shared_access, "stores_alike", lambda *a: False):
         yield
 
 
