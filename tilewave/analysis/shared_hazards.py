@@ -72,7 +72,8 @@ from tilewave.analysis.shared_access import (
     sync_action,
 )
 from tilewave.analysis.storage_model import SharedMemoryModel
-from tilewave.analysis.uniformity import UniformityAnalysis
+from tilewave.analysis.uniformity import thread_conditions
+from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
 from tilewave.targets import get_target
 
@@ -144,9 +145,9 @@ class _Graph:
         #: deeper than that start a new instance in the next iteration)
         self.while_back_edges: dict[tuple[int, int], int] = {}
         self._thread_vars = thread_vars
-        #: which conditions every thread of the block evaluates alike (its own analysis,
-        #: built from the function, not the barrier pass's decisions)
-        self.uniformity: UniformityAnalysis | None = None
+        #: which conditions every thread of the block evaluates alike: proved its own way
+        #: (two symbolic threads), not with the barrier pass's uniformity analysis
+        self.uniformity: UniformityProof | None = None
         #: ``For`` statements that occur at several places (not one identifiable loop)
         self.repeated: set[Any] = set()
         #: wgmma descriptor sources and single-assignment scalars of the function
@@ -197,14 +198,14 @@ class _Graph:
                 and action is not None
                 and action.is_full_barrier
             ):
-                uniformity = self.uniformity
+                uniform = self.uniformity.is_block_uniform if self.uniformity else None
                 role = role_of(
-                    uniformity.thread_conditions(scope) if uniformity else scope.conditions,
+                    thread_conditions(scope, uniform) if uniform else scope.conditions,
                     self.tags,
                     self.extents,
                     self.scalars,
                     scope.resolve,
-                    uniformity.is_block_uniform if uniformity else None,
+                    uniform,
                 )
             node = self.new(
                 accesses=statement_accesses(
@@ -535,7 +536,7 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
     graph = _Graph(list(thread_extents), str(name) if name is not None else None)
     graph.repeated = repeated_loops(func.body)
-    graph.uniformity = UniformityAnalysis(func)
+    graph.uniformity = UniformityProof(func)
     graph.descriptors = descriptor_sources(func.body)
     graph.scalars = single_assignment_scalars(func)
     graph.implied = mbarrier_implications(func.body)

@@ -70,7 +70,7 @@ from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, is_buf
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.ir.walker import post_order_visit
 
-__all__ = ["Uniformity", "UniformityAnalysis"]
+__all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions"]
 
 #: TCallEffectKind values of calls with no side effect and no hidden input
 #: (kExprAnnotation, kPure): their value depends on their arguments only
@@ -265,19 +265,6 @@ class UniformityAnalysis:
             hit = (expr, self.level(expr, scope) is Uniformity.BLOCK)
             self._cache[key] = hit
         return hit[1]
-
-    def thread_conditions(self, scope: AccessScope) -> tuple[tuple[Any, bool], ...]:
-        """The enclosing ``if`` conditions of ``scope`` (``(condition, holds)``, as in
-        ``AccessScope.conditions``) that are not block-uniform: the ones that select which
-        threads run there. A block-uniform one holds for every thread that gets there."""
-        kept = []
-        for at, (cond, holds) in enumerate(scope.conditions):
-            outer = AccessScope(
-                scope.loops, scope.conditions[:at], scope.bindings, scope.resolved_values
-            )
-            if not self.is_block_uniform(cond, outer):
-                kept.append((cond, holds))
-        return tuple(kept)
 
     def level(self, expr: Any, scope: AccessScope | None = None) -> Uniformity:
         """The uniformity of ``expr`` written at a statement in ``scope`` (``Bind`` values
@@ -490,6 +477,23 @@ class UniformityAnalysis:
             if all(np.all(v == v[:, :1]) for v in (apply(g) for g in groups)):
                 return level
         return None
+
+
+def thread_conditions(
+    scope: AccessScope, is_block_uniform: Callable[[Any, AccessScope], bool]
+) -> tuple[tuple[Any, bool], ...]:
+    """The enclosing ``if`` conditions of ``scope`` (``(condition, holds)``, as in
+    ``AccessScope.conditions``) that ``is_block_uniform(condition, scope at it)`` does not
+    find block-uniform: the ones that select which threads run there (a block-uniform one
+    holds for every thread that gets there)."""
+    kept = []
+    for at, (cond, holds) in enumerate(scope.conditions):
+        outer = AccessScope(
+            scope.loops, scope.conditions[:at], scope.bindings, scope.resolved_values
+        )
+        if not is_block_uniform(cond, outer):
+            kept.append((cond, holds))
+    return tuple(kept)
 
 
 def _where_key(where: Any) -> Any:

@@ -73,7 +73,7 @@ from tilewave.analysis.shared_access import (
     touches_shared_or_sync,
 )
 from tilewave.analysis.storage_identity import storage_map
-from tilewave.analysis.uniformity import UniformityAnalysis
+from tilewave.analysis.uniformity import UniformityAnalysis, thread_conditions
 from tilewave.analysis.warp_roles import WarpRole, role_of
 from tilewave.errors import (  # DivergentBarrierError re-exported: it used to live here
     DivergentBarrierError,
@@ -647,7 +647,8 @@ class _Placer:
             return None
         if scope not in self._roles:
             self._roles[scope] = role_of(
-                self.uniformity.thread_conditions(scope),  # block-uniform ones select no one
+                # block-uniform conditions select no threads
+                thread_conditions(scope, self.uniformity.is_block_uniform),
                 self.thread_tags,
                 self.thread_extents,
                 self.scalars,
