@@ -382,3 +382,27 @@ def test_the_pipeline_rewrites_storage_before_the_barrier_stage_and_lays_it_out_
     names = [stage.name for stage in STAGES]
     barrier = names.index(BARRIER_STAGE)
     assert names.index("tirx.StorageRewrite") < barrier < names.index("tilewave.PlanSharedLayout")
+
+
+ALIASING = ("view_raw", "offset_view", "dyn_view", "dyn_mixed_sizes", "dyn_merge",
+            "storage_rewrite_reuse", "softmax_two_buffers")
+
+
+@pytest.mark.parametrize("name", ALIASING)
+def test_without_the_barrier_stage_the_verifier_finds_the_aliasing_race(name):
+    """Lowered with the barrier stage left out, each kernel reaches the stage's position with
+    a hazard between two *different* buffers of one storage, which the verifier reports."""
+    seen = {}
+
+    @tvm.instrument.pass_instrument
+    class Capture:
+        def run_before_pass(self, mod, info):
+            if info.name == "tilewave.LowerTilewaveOps":
+                seen["at_stage"] = mod
+
+    case = CASES[name]
+    with tvm.transform.PassContext(config=case.config, disabled_pass=[BARRIER_STAGE]):
+        tilewave.lower(case.func, "sm_90a", instruments=[Capture()])
+    func = next(iter(seen["at_stage"].functions.values()))
+    hazards = find_shared_hazards(func, "sm_90a")
+    assert any(not h.first.buffer.same_as(h.second.buffer) for h in hazards), hazards
