@@ -16,6 +16,7 @@ from tilewave.codegen import amdgcn
 sys.path.insert(0, str(Path(__file__).parent))
 import kernels
 from isa_simulator import simulate
+from test_amdgcn_real_kernels import case
 
 
 def compiled(func, target="gfx942"):
@@ -133,3 +134,35 @@ def test_global_forms_assemble_with_llvm():
         for func in (shifted_select, constant_index, far_rows):
             asm = compiled(func, target).asm
             assert amdgcn.link(amdgcn.assemble(asm, target), target)[:4] == b"\x7fELF"
+
+
+def test_a_guarded_index_is_shifted_into_the_byte_offset_once():
+    # if i < n: Y[i] = alpha * X[i] + Y[i]: the guard computed i = bx*64 + tx; the three
+    # accesses share one byte offset i << 2 (was: bx << 8 on the SALU and an OR per access)
+    lines = body(compiled(kernels.saxpy_runtime).asm)
+    then = lines[lines.index("s_cbranch_execz .Lsaxpy_runtime_kernel_else0") + 1:]
+    assert [ln for ln in then if ln.startswith(("v_lshl", "s_lshl", "v_or"))] == [
+        next(ln for ln in then if ln.startswith("v_lshlrev_b32"))]
+    assert re.fullmatch(r"v_lshlrev_b32 v\d+, 2, v\d+", then[0])
+    for n in (1, 63, 64, 65):
+        rng = np.random.default_rng(n)
+        x, y = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+        expected = (np.float64(0.5) * x + y).astype(np.float32)
+        simulate(compiled(kernels.saxpy_runtime).asm, [x, y, n, 0.5], ((n + 63) // 64, 1, 1),
+                 (64, 1, 1))
+        np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_an_index_used_with_two_element_sizes_is_one_shift_apart():
+    # Q[i] (1 byte) = int8(A[i] (4 bytes) * scale): Q's offset is A's shifted right by 2
+    c = compiled(kernels.quantize_int8)
+    lines = body(c.asm)
+    load = next(ln for ln in lines if ln.startswith("global_load_dword"))
+    store = next(ln for ln in lines if ln.startswith("global_store_byte"))
+    a_off, q_off = load.split(",")[1].strip(), store.split(",")[0].split()[1]
+    assert any(re.fullmatch(rf"v_lshrrev_b32 {q_off}, 2, {a_off}", ln) for ln in lines), lines
+    assert sum(ln.startswith("s_lshl_b32") for ln in lines) == 1
+    args, grid, block, check = case("quantize_int8")
+    simulate(c.asm, args, grid, block)
+    actual, expected, _ = check()
+    np.testing.assert_array_equal(actual, expected)

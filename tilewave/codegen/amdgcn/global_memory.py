@@ -35,9 +35,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import tvm_ffi
 from tvm import ir, tirx
 
-from tilewave.codegen.amdgcn.kir import Imm, Instr, Operand, Sub, VReg
+from tilewave.codegen.amdgcn.kir import Imm, Instr, Operand, Sub, VReg, reg_class
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import post_order_visit
 
@@ -78,6 +79,12 @@ def sum_terms(terms: list[object]) -> object | None:
     for term in terms:
         total = term if total is None else tirx.Add(total, term)
     return total
+
+
+def _offset_key(terms: list[object], elem_bytes: int) -> object:
+    """The value-table key of the byte offset of index ``sum(terms)`` for ``elem_bytes``."""
+    return tvm_ffi.convert([ir.expr.StringImm("byte offset"), sum_terms(terms),
+                            tirx.IntImm("int32", elem_bytes)])
 
 
 def buffers_needing_srd(body: object, select_parts: Any, address_of: Any) -> set[object]:
@@ -138,6 +145,9 @@ class GlobalMemory:
             imm -= window
         if not terms:
             return self.zero_vgpr(), saddr, imm
+        shifted = self.rescaled_offset(terms, buf.elem_bytes)
+        if shifted is not None:
+            return shifted, saddr, imm
         # per-lane terms first, uniform ones added last: the per-lane sum is then one value,
         # reused by the accesses that share it and hoisted out of loops it is invariant in
         lane = [t for t in terms if not self.expr_is_uniform(t)]
@@ -145,7 +155,36 @@ class GlobalMemory:
         parts = [sum_terms([scale_term(t, buf.elem_bytes) for t in group])
                  for group in (lane, uniform) if group]
         vaddr = self.to_vgpr(self.expr(parts[0] if len(parts) == 1 else parts[0] + parts[1]).op)
+        if self.non_negative(terms):
+            self.values.record(_offset_key(terms, buf.elem_bytes), vaddr)
         return vaddr, saddr, imm
+
+    def rescaled_offset(self: Any, terms: list[object], elem_bytes: int) -> Operand | None:
+        """The byte offset ``sum(terms) * elem_bytes`` as one shift of a register that
+        already holds the index (a guard computed it: ``if i < n: B[i] = ...``) or its byte
+        offset for another element size (``Q[i] = int8(A[i])``), else None. Only for a
+        non-negative index: a byte offset below 2^32 then shifts back exactly."""
+        if not self.non_negative(terms):
+            return None
+        index = sum_terms(terms)
+        candidates = [(self.values.lookup(_offset_key(terms, elem_bytes)), elem_bytes),
+                      (self.values.lookup(index), 1)]
+        candidates += [(self.values.lookup(_offset_key(terms, size)), size)
+                       for size in (1, 2, 4, 8, 16) if size != elem_bytes]
+        for entry, size in candidates:
+            known = getattr(entry, "op", entry)  # pure expressions are recorded as Values
+            if known is None or reg_class(known) != "v":
+                continue
+            if size == elem_bytes:
+                return known
+            up = size < elem_bytes
+            ratio = (elem_bytes // size) if up else (size // elem_bytes)
+            opcode = "v_lshlrev_b32" if up else "v_lshrrev_b32"
+            out = self.vreg("v")
+            self.emit(opcode, [out], [Imm.of_int(ratio.bit_length() - 1), known])
+            self.values.record(_offset_key(terms, elem_bytes), out)
+            return out
+        return None
 
     def window_base(self: Any, buf: _Buffer, window: int) -> Operand:
         """``buf``'s base plus ``window`` bytes: an SGPR pair computed once, in the prologue."""
