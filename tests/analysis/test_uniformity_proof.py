@@ -5,7 +5,6 @@ that only look uniform do not."""
 import pytest
 from example_loader import REPO_ROOT, load_module
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from tvm.script import tirx as T
 
 from tilewave.analysis.shared_hazards import find_divergent_barriers, find_shared_hazards
@@ -18,9 +17,6 @@ PROPERTY = load_module(
     REPO_ROOT / "tests" / "analysis" / "test_uniformity_property.py", "uniformity_property"
 )
 conditions = LEVELS.conditions
-CONDITIONS, evaluate, kernel, samples = (
-    PROPERTY.CONDITIONS, PROPERTY.evaluate, PROPERTY.kernel, PROPERTY.samples
-)
 
 
 def proved(func):
@@ -47,29 +43,19 @@ def test_the_proof_on_each_form(func, expected):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    tree=CONDITIONS,
-    premise=st.sampled_from([0, 16, 32, 64, 128]),
-    tx_extent=st.sampled_from([32, 48, 64, 128]),
-    ty_extent=st.sampled_from([1, 2]),
-    seed=st.integers(0, 2**16),
-)
+@given(**PROPERTY.EXAMPLES)
 def test_proved_uniform_means_one_value_and_covers_the_pass(
     tree, premise, tx_extent, ty_extent, seed
 ):
     """Sound against evaluation, and at least as strong as the pass's analysis (a barrier
     the pass puts in a branch it finds uniform must count for the verifier, or the checked
     pipeline would report its own output)."""
-    func, cond = kernel(tree, premise, tx_extent, ty_extent)
+    func, cond = PROPERTY.kernel(tree, premise, tx_extent, ty_extent)
     uniform = UniformityProof(func).is_block_uniform(cond)
     if UniformityAnalysis(func).level(cond) is Uniformity.BLOCK:
         assert uniform, tree
-    if not uniform:
-        return
-    threads = [(tx, ty) for ty in range(ty_extent) for tx in range(tx_extent)]
-    for point in samples(premise, seed):
-        values = {evaluate(tree, {**point, "tx": tx, "ty": ty}) for tx, ty in threads}
-        assert len(values) == 1, (tree, point)
+    if uniform:
+        PROPERTY.check_one_value(tree, premise, tx_extent, ty_extent, seed, Uniformity.BLOCK)
 
 
 # --- the verifier ------------------------------------------------------------------------

@@ -136,28 +136,35 @@ def samples(premise, seed):
     return out
 
 
+#: one generated example: a condition, a premise modulus (0: none), the block shape, a seed
+EXAMPLES = {
+    "tree": CONDITIONS,
+    "premise": st.sampled_from([0, 16, 32, 64, 128]),
+    "tx_extent": st.sampled_from([32, 48, 64, 128]),
+    "ty_extent": st.sampled_from([1, 2]),
+    "seed": st.integers(0, 2**16),
+}
+
+
+def check_one_value(tree, premise, tx_extent, ty_extent, seed, level):
+    """Evaluate ``tree`` for every thread at sampled ``(bx, n, m)`` meeting the premise:
+    one value per block (BLOCK) or per 32 consecutive threads (WARP)."""
+    threads = [(tx, ty) for ty in range(ty_extent) for tx in range(tx_extent)]  # linear order
+    group = len(threads) if level is Uniformity.BLOCK else WARP
+    assert len(threads) % group == 0, tree
+    for point in samples(premise, seed):
+        values = [evaluate(tree, {**point, "tx": tx, "ty": ty}) for tx, ty in threads]
+        for start in range(0, len(values), group):
+            assert len(set(values[start : start + group])) == 1, (tree, point, start)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    tree=CONDITIONS,
-    premise=st.sampled_from([0, 16, 32, 64, 128]),
-    tx_extent=st.sampled_from([32, 48, 64, 128]),
-    ty_extent=st.sampled_from([1, 2]),
-    seed=st.integers(0, 2**16),
-)
+@given(**EXAMPLES)
 def test_uniform_means_one_value_per_block_or_warp(tree, premise, tx_extent, ty_extent, seed):
     func, cond = kernel(tree, premise, tx_extent, ty_extent)
     level = UniformityAnalysis(func).level(cond)
-    if level is Uniformity.THREAD:
-        return
-    threads = [(tx, ty) for ty in range(ty_extent) for tx in range(tx_extent)]  # linear order
-    for point in samples(premise, seed):
-        values = [evaluate(tree, {**point, "tx": tx, "ty": ty}) for tx, ty in threads]
-        if level is Uniformity.BLOCK:
-            assert len(set(values)) == 1, (tree, point)
-        else:
-            assert len(threads) % WARP == 0, tree
-            for w in range(0, len(values), WARP):
-                assert len(set(values[w : w + WARP])) == 1, (tree, point, w)
+    if level is not Uniformity.THREAD:
+        check_one_value(tree, premise, tx_extent, ty_extent, seed, level)
 
 
 def test_the_property_sees_uniform_mixed_conditions():
