@@ -14,7 +14,10 @@ import tilewave
 from tilewave.analysis.shared_hazards import find_shared_hazards
 from tilewave.pipeline import BARRIER_STAGE, STAGES
 from tilewave.racecheck import racecheck
-from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
+from tilewave.transforms.insert_shared_barriers import (
+    DivergentBarrierError,
+    insert_shared_barriers,
+)
 
 
 def check(before, expected, target="sm_90a", config=None):
@@ -406,3 +409,27 @@ def test_without_the_barrier_stage_the_verifier_finds_the_aliasing_race(name):
     func = next(iter(seen["at_stage"].functions.values()))
     hazards = find_shared_hazards(func, "sm_90a")
     assert any(not h.first.buffer.same_as(h.second.buffer) for h in hazards), hazards
+
+
+@T.prim_func
+def store_in_divergent_while(
+    A: T.Buffer((4,), "float32"), B: T.Buffer((64,), "float32"), C: T.Buffer((64,), "int32")
+):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((1,), "float32", scope="shared")
+        k = T.alloc_buffer((1,), "int32", scope="local")
+        for i in range(4):
+            k[0] = 0
+            while k[0] < C[tx]:
+                S[0] = A[i]
+                k[0] = k[0] + 1
+        B[tx] = S[0]
+
+
+def test_a_store_in_a_while_threads_run_different_times_is_not_alike():
+    """Thread 0 may store A[1] while thread 1 skips iteration 1's while: their last stores
+    differ. The verifier keeps the WAW, and the pass refuses the kernel (the barrier would
+    sit inside the thread-dependent while) instead of passing it as same-element stores."""
+    assert any(h.kind.name == "WAW" for h in find_shared_hazards(store_in_divergent_while))
+    with pytest.raises(DivergentBarrierError, match="thread-divergent control flow"):
+        insert_shared_barriers(store_in_divergent_while, "sm_90a")

@@ -141,6 +141,8 @@ class AccessScope:
         loops: enclosing serial loops, outermost first.
         conditions: ``(condition, holds)`` of enclosing ``if``s (``holds`` False: else).
         bindings: ``(var, value)`` of the ``Bind`` statements in scope, in order.
+        in_while: inside the body of a ``While`` (threads may run it different numbers of
+            times; its condition is not among ``conditions``).
     """
 
     loops: tuple[LoopRange, ...] = ()
@@ -153,6 +155,7 @@ class AccessScope:
     )
     #: ``(hash(var), hash(value))`` of ``bindings`` (node handles), built incrementally
     binding_keys: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
+    in_while: bool = False
 
     @functools.cached_property
     def _identity(self) -> tuple[Any, ...]:
@@ -165,6 +168,7 @@ class AccessScope:
             ),
             tuple((hash(cond), holds) for cond, holds in self.conditions),
             self._binding_keys(),
+            self.in_while,
         )
 
     def _binding_keys(self) -> tuple[tuple[int, int], ...]:
@@ -183,14 +187,14 @@ class AccessScope:
         """This scope inside one more loop."""
         return AccessScope(
             (*self.loops, loop), self.conditions, self.bindings, self.resolved_values,
-            self.binding_keys,
+            self.binding_keys, self.in_while,
         )
 
     def assuming(self, condition: Any, holds: bool = True) -> AccessScope:
         """This scope inside a branch on ``condition``."""
         return AccessScope(
             self.loops, (*self.conditions, (condition, holds)), self.bindings,
-            self.resolved_values, self.binding_keys,
+            self.resolved_values, self.binding_keys, self.in_while,
         )
 
     def binding(self, var: Any, value: Any) -> AccessScope:
@@ -199,7 +203,17 @@ class AccessScope:
         values[var] = self.resolve(value)
         keys = (*self._binding_keys(), (hash(var), hash(value)))
         return AccessScope(
-            self.loops, self.conditions, (*self.bindings, (var, value)), values, keys
+            self.loops, self.conditions, (*self.bindings, (var, value)), values, keys,
+            self.in_while,
+        )
+
+    def inside_while(self) -> AccessScope:
+        """This scope inside the body of a ``While``."""
+        if self.in_while:
+            return self
+        return AccessScope(
+            self.loops, self.conditions, self.bindings, self.resolved_values,
+            self.binding_keys, True,
         )
 
     def resolve(self, expr: Any) -> Any:

@@ -281,7 +281,7 @@ class _Graph:
         self.edge(cond, body_in)
         self._whiles += 1
         self.divergent_loops += inner and not divergent
-        body_out = self.build(stmt.body, body_in, scope, inner)
+        body_out = self.build(stmt.body, body_in, scope.inside_while(), inner)
         self.divergent_loops -= inner and not divergent
         self._whiles -= 1
         self.edge(body_out, head)

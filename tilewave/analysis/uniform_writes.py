@@ -11,7 +11,8 @@ read still pairs with the stores on its own (RAW and WAR are unchanged).
 :func:`writes_same_everywhere` recognises such a store: a plain ``BufferStore`` whose
 indices and value (``Bind`` values and single-assignment scalars seen through) read no
 thread index, no shared or local memory and call nothing, under path conditions and loop
-bounds that read no thread index either (every thread runs the same iterations). Global
+bounds that read no thread index either, and not in a ``While`` body (every thread runs
+the same iterations). Global
 memory read at a block-uniform index has one value for every thread of the block unless
 someone writes it meanwhile, which is a global-memory race of its own.
 """
@@ -83,6 +84,8 @@ def _same_everywhere(access: SharedAccess, thread_vars: list[Any]) -> bool:
     ):
         return False
     scope = access.scope
+    if scope.in_while:  # threads may run the body different numbers of times
+        return False
     exprs = list(access.resolved_indices or ())
     exprs.append(access._forward(scope.resolve(stmt.value)))
     exprs += [scope.resolve(cond) for cond, _ in scope.conditions]

@@ -1024,7 +1024,7 @@ class _Placer:
         head = entry
         for _ in range(_MAX_FIXPOINT_ROUNDS):
             _, after_cond = self.visit_leaf(cond, head, scope, divergent, owner=stmt)
-            items, out = self.visit(stmt.body, after_cond, scope, divergent)
+            items, out = self.visit(stmt.body, after_cond, scope.inside_while(), divergent)
             tail, back = self.barrier_before(cond_accesses, _around_while(out, len(scope.loops)))
             if tail is not None:
                 if divergent:
