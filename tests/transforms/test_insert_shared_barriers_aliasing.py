@@ -433,3 +433,20 @@ def test_a_store_in_a_while_threads_run_different_times_is_not_alike():
     assert any(h.kind.name == "WAW" for h in find_shared_hazards(store_in_divergent_while))
     with pytest.raises(DivergentBarrierError, match="thread-divergent control flow"):
         insert_shared_barriers(store_in_divergent_while, "sm_90a")
+
+
+@T.prim_func
+def store_in_loop_with_break(
+    A: T.Buffer((128,), "float32"), B: T.Buffer((64,), "float32"), C: T.Buffer((64,), "int32")
+):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((1,), "float32", scope="shared")
+        for i in range(128):
+            if C[tx] < i:
+                T.evaluate(T.break_loop())
+            S[0] = A[i]
+        B[tx] = S[0]
+
+
+def test_a_store_in_a_loop_threads_may_leave_early_is_not_alike():
+    assert any(h.kind.name == "WAW" for h in find_shared_hazards(store_in_loop_with_break))

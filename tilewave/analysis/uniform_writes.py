@@ -11,8 +11,8 @@ read still pairs with the stores on its own (RAW and WAR are unchanged).
 :func:`writes_same_everywhere` recognises such a store: a plain ``BufferStore`` whose
 indices and value (``Bind`` values and single-assignment scalars seen through) read no
 thread index, no shared or local memory and call nothing, under path conditions and loop
-bounds that read no thread index either, and not in a ``While`` body (every thread runs
-the same iterations). Global
+bounds that read no thread index either, not in a ``While`` body nor in a loop with a
+``break``/``continue`` (every thread runs the same iterations). Global
 memory read at a block-uniform index has one value for every thread of the block unless
 someone writes it meanwhile, which is a global-memory race of its own.
 """
@@ -57,6 +57,32 @@ def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
     return ok
 
 
+_LOOP_EXITS = frozenset({"tirx.break_loop", "tirx.continue_loop"})
+#: ``For`` statement -> whether a ``break``/``continue`` sits in its body (the statement is
+#: kept as the key, so a freed node's handle cannot be mistaken for it)
+_EXITING: dict[Any, bool] = {}
+
+
+def _exits_early(loop: Any) -> bool:
+    """Whether ``loop``'s body can leave an iteration early (``break`` / ``continue``: a
+    thread may then skip stores the others make); ``None`` (no identified loop): True."""
+    if loop is None:
+        return True
+    if loop not in _EXITING:
+        found = False
+
+        def check(node: Any) -> None:
+            nonlocal found
+            op = getattr(node, "op", None) if isinstance(node, ir.expr.Call) else None
+            found = found or (isinstance(op, ir.Op) and op.name in _LOOP_EXITS)
+
+        post_order_visit(loop.body, check)
+        if len(_EXITING) > 4096:
+            _EXITING.clear()
+        _EXITING[loop] = found
+    return _EXITING[loop]
+
+
 _VERDICTS: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
 
 
@@ -90,7 +116,7 @@ def _same_everywhere(access: SharedAccess, thread_vars: list[Any]) -> bool:
     exprs.append(access._forward(scope.resolve(stmt.value)))
     exprs += [scope.resolve(cond) for cond, _ in scope.conditions]
     for loop in access.loops:
-        if loop.bounds is None or not loop.aligned:
+        if loop.bounds is None or not loop.aligned or _exits_early(loop.loop):
             return False
         exprs += list(loop.bounds)
     return all(_uniform(expr, thread_vars) for expr in exprs)
