@@ -9,6 +9,7 @@ The checks: :mod:`tilewave.analysis.mbarrier_parity_check` and
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -329,6 +330,39 @@ def test_racecheck_agrees_on_the_proxy_fence(kernel, name, maps):
 
     assert {f.kind for f in run(None).findings} == {"PROXY"}
     assert run("writer").ok
+
+
+def _racecheck_kernel(name):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "racecheck"))
+    import racecheck_kernels
+
+    return getattr(racecheck_kernels, name)
+
+
+@pytest.mark.parametrize(
+    ("bug", "fixed", "hazard_type"),
+    [
+        ("mbarrier_wrong_parity_bug", "mbarrier_ok", MbarrierParityHazard),
+        ("mbarrier_short_count_bug", "mbarrier_ok", MbarrierParityHazard),
+        ("mbarrier_init_unpublished_bug", "mbarrier_ok", MissingFenceHazard),
+        ("bulk_store_no_fence_bug", "bulk_store_ok", MissingFenceHazard),
+        ("wgmma_no_fence_bug", "wgmma_ok", MissingFenceHazard),
+    ],
+)
+def test_racechecks_bug_classes_are_reported_and_their_fixes_are_clean(bug, fixed, hazard_type):
+    """racecheck's own buggy/fixed pairs (tests/racecheck/test_classes.py) of the classes
+    these checks model: the verifier agrees on both halves."""
+    hazards = find_shared_hazards(_racecheck_kernel(bug), "sm_90a")
+    assert any(isinstance(h, hazard_type) for h in hazards), hazards
+    assert find_shared_hazards(_racecheck_kernel(fixed), "sm_90a") == []
+
+
+def test_a_descriptor_of_a_whole_buffer_is_a_wgmma_read():
+    """``encode_matrix_descriptor(desc.data, smem.data, ...)``: the wgmma reads ``smem``
+    (the verifier missed both racecheck wgmma bugs when only ``address_of`` was read)."""
+    hazards = find_shared_hazards(_racecheck_kernel("wgmma_overwrite_bug"), "sm_90a")
+    assert {(h.kind, h.buffer) for h in hazards} == {(HazardKind.WAR, "smem")}
+    assert all(h.first.describe() == "read smem[*]" for h in hazards)
 
 
 # --- the sm_90a GEMM examples -----------------------------------------------------------

@@ -50,13 +50,17 @@ _SWIZZLE_ROWS = {3: (128, 1024), 2: (64, 512), 1: (32, 256)}
 
 
 def _addressed(arg: Any) -> tuple[Any, tuple[Any, ...]] | None:
-    """``(buffer, indices)`` of ``address_of(S[...])`` (through address conversions)."""
+    """``(buffer, indices)`` of ``address_of(S[...])`` or ``S.data`` (its first element),
+    through address conversions."""
     while isinstance(arg, ir.expr.Call) and callee_name(arg) in _ADDRESS_UNWRAP:
         arg = arg.args[0]
     if isinstance(arg, ir.expr.Call) and callee_name(arg) == "tirx.address_of":
         load = arg.args[0]
         if type(load).__name__ == "TensorLoad":
             return load.source, tuple(load.indices)
+    if isinstance(arg, ir.expr.Call) and callee_name(arg) == "tirx.buffer_data":
+        buffer = arg.args[0]
+        return buffer, tuple(tirx.IntImm("int32", 0) for _ in buffer.ty.shape)
     return None
 
 

@@ -158,6 +158,7 @@ def _unfenced_async(
             if _async_proxy(other) and may_conflict(write, other, thread_extents):
                 kind = HazardKind.WAW if other.kind.writes else HazardKind.RAW
                 out.append(MissingFenceHazard(write.buffer_name, kind, write, other))
+                break  # one report per statement (a wgmma reads A and B through two operands)
     return out
 
 
