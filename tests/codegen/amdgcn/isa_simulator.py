@@ -625,6 +625,11 @@ _VALU: dict[str, tuple[str, Callable]] = {
     "v_min_f32": _f32op(np.minimum),
     "v_fma_f32": ("f32", lambda a, b, c: _f32_bits(_fma(_bits_f32(a), _bits_f32(b),
                                                          _bits_f32(c)))),
+    # VOP2 with a literal K: fmamk d = a * K + b, fmaak d = a * b + K
+    "v_fmamk_f32": ("f32", lambda a, k, b: _f32_bits(_fma(_bits_f32(a), _bits_f32(k),
+                                                           _bits_f32(b)))),
+    "v_fmaak_f32": ("f32", lambda a, b, k: _f32_bits(_fma(_bits_f32(a), _bits_f32(b),
+                                                           _bits_f32(k)))),
     "v_add_f16": _f16op(lambda a, b: a + b),
     "v_sub_f16": _f16op(lambda a, b: a - b),
     "v_mul_f16": _f16op(lambda a, b: a * b),

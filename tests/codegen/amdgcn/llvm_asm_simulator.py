@@ -199,16 +199,13 @@ def _signed32(v: int) -> int:
 
 
 def _fused(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    """v_fmac_f32 (d += a * b), v_fmamk_f32 (d = a * K + b), v_add_lshl_u32, v_and_or_b32,
-    v_mul_u32_u24."""
+    """v_fmac_f32 (d += a * b), v_add_lshl_u32, v_and_or_b32, v_mul_u32_u24 (v_fmamk_f32 and
+    v_fmaak_f32: the base simulator)."""
     op = re.sub(r"_e(32|64)$", "", ins.opcode)
     o = _operands(ins)
     if op == "v_fmac_f32":
         a, b, d = (_bits_f32(sim.vsrc(w, t, "f32")) for t in (o[1], o[2], o[0]))
         value = _f32_bits((a.astype(np.float64) * b + d).astype(np.float32))
-    elif op == "v_fmamk_f32":
-        a, k, b = (_bits_f32(sim.vsrc(w, t, "f32")) for t in (o[1], o[2], o[3]))
-        value = _f32_bits((a.astype(np.float64) * k + b).astype(np.float32))
     else:
         a, b, c = (sim.vsrc(w, t).astype(np.uint64) for t in [*o[1:], "0"][:3])
         value = {
@@ -226,7 +223,7 @@ _LLVM_HANDLERS = {
     "v_lshl_add_u64": _valu64, "v_lshlrev_b64": _valu64,
     **{op: _salu_carry for op in ("s_add_i32", "s_lshl_b64",
                                   "s_movk_i32", "s_mulk_i32", "s_cmpk_lg_i32")},
-    **{op: _fused for op in ("v_fmac_f32_e32", "v_fmamk_f32", "v_add_lshl_u32", "v_and_or_b32",
+    **{op: _fused for op in ("v_fmac_f32_e32", "v_add_lshl_u32", "v_and_or_b32",
                              "v_mul_u32_u24_e32")},
     "s_load_dwordx16": _s_load,
     "v_bitop3_b32": _bitop3,

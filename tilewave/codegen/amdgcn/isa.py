@@ -72,6 +72,9 @@ _VOP2 = {  # opcode: commutes
     "v_max_u32": True,
     "v_min_u32": True,
     "v_cndmask_b32": False,
+    # VOP2 with a 32-bit literal K after the operands (fmamk: a * K + b, fmaak: a * b + K)
+    "v_fmamk_f32": False,
+    "v_fmaak_f32": False,
 }
 _VOP1 = (
     "v_mov_b32 v_mov_b64 v_cvt_f32_f16 v_cvt_f16_f32 v_cvt_f32_i32 v_cvt_i32_f32 v_cvt_f32_u32 "

@@ -1252,10 +1252,44 @@ class _Selector(OpSelection, GlobalMemory):
             out = hint if hint is not None else VReg("v", 2, 2)
             self.emit(_FLOAT_OPS[(kind, dtype)], [out], [a.op for a in args])
             return Value(out, dtype)
+        if kind == "fma" and dtype == "float32":
+            folded = self.fma_literal([a.op for a in args], hint)
+            if folded is not None:
+                return Value(folded, dtype)
         opcode = _FLOAT_OPS[(kind, dtype)]
         if dtype == "float16":
             args = [Value(self.f16_operand(a.op), a.dtype) for a in args]
         return Value(self.valu(opcode, [a.op for a in args], hint), dtype)
+
+    def fma_literal(self, srcs: list[Operand], hint: Operand | None) -> Operand | None:
+        """``a * b + c`` with a literal constant as one VOP2 instruction carrying it
+        (``v_fmamk_f32 d, x, K, y``: K a multiplicand; ``v_fmaak_f32 d, x, y, K``: K the
+        addend) instead of a ``v_mov`` of the literal and a VOP3 ``v_fma_f32``. The other
+        sources: a VGPR where VOP2 needs one (the second), an inline constant or a VGPR for
+        the first (the literal already uses gfx9's one constant-bus read). None when no
+        operand is a literal."""
+        a, b, c = srcs
+        literal = [isinstance(x, Imm) and not x.is_inline for x in srcs]
+        if literal[0] and not literal[1]:
+            a, b, literal = b, a, [literal[1], literal[0], literal[2]]
+        if literal[1]:
+            opcode, operands = "v_fmamk_f32", [a, b, c]  # d = a * K + c
+            x, y = a, c
+        elif literal[2]:
+            opcode, operands = "v_fmaak_f32", [a, b, c]  # d = a * b + K
+            x, y = a, b
+        else:
+            return None
+        if reg_class(y) != "v" and reg_class(x) == "v" and opcode == "v_fmaak_f32":
+            x, y = y, x  # the multiplicands commute
+        if reg_class(y) != "v":
+            y = self.to_vgpr(y)  # fmamk's addend: still one instruction fewer than two moves
+        if reg_class(x) == "s" or (isinstance(x, Imm) and not x.is_inline):
+            x = self.to_vgpr(x)
+        operands = [x, operands[1], y] if opcode == "v_fmamk_f32" else [x, y, operands[2]]
+        out = hint or self.vreg("v")
+        self.emit(opcode, [out], operands)
+        return out
 
     def f64_operand(self, op: Operand) -> Operand:
         """A float64 source: an inline constant as is, other constants in a VGPR pair."""

@@ -290,9 +290,14 @@ class OpSelection:
             return self.apply(kind_, [a, b], dtype)
 
         if non_negative:  # floor and truncation agree: the unsigned form
-            multiplier, shift = unsigned_magic(divisor)
-            q = self.mul_high(x, multiplier, signed=False, dtype=dtype)
-            q = op("lshr", q, shift) if shift else q
+            # x // c and x % c of one x share the quotient (index math: i // 3, i % 3)
+            key = ir.expr.StringImm(f"quotient {x.op!r} / {divisor}")
+            q = self.values.lookup(key)
+            if q is None:
+                multiplier, shift = unsigned_magic(divisor)
+                q = self.mul_high(x, multiplier, signed=False, dtype=dtype)
+                q = op("lshr", q, shift) if shift else q
+                self.values.record(key, q)
             is_mod = kind in ("floormod", "truncmod")
             return op("sub", x, op("mul", q, divisor)) if is_mod else q
         multiplier, shift = signed_magic(divisor)

@@ -1,0 +1,80 @@
+"""Instruction-count folds of the selector: a literal constant carried by ``v_fmamk_f32`` /
+``v_fmaak_f32``, and one quotient shared by ``x // c`` and ``x % c``. Each: the assembly
+before/after (the instruction it replaces is gone), the simulator against NumPy, and LLVM's
+assembler accepting the result."""
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+
+import tilewave  # noqa: F401
+from tilewave.codegen import amdgcn
+
+sys.path.insert(0, str(Path(__file__).parent))
+import kernels
+from isa_simulator import simulate
+
+
+def compiled(func, target="gfx942"):
+    return amdgcn.compile_device_func(amdgcn.device_function(func, target), target)
+
+
+def body(asm):
+    return [ln.split(";")[0].strip() for ln in asm.split(".size")[0].splitlines()]
+
+
+@T.prim_func
+def affine(A: T.Buffer((64,), "float32"), S: T.Buffer((64,), "float32"),
+           B: T.Buffer((64,), "float32"), C: T.Buffer((64,), "float32"),
+           D: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        B[tx] = A[tx] * T.float32(1.5) + S[tx]      # K a multiplicand: fmamk
+        C[tx] = A[tx] * S[tx] + T.float32(0.3)      # K the addend: fmaak
+        D[tx] = A[tx] * T.float32(1.5) + T.float32(0.3)  # both: one move, one fmamk
+
+
+def _affine_expected(a, s):
+    f = np.float64
+    return [((f(a) * f(np.float32(k1)) + f(k2)).astype(np.float32))
+            for k1, k2 in ((1.5, s), (s, np.float32(0.3)), (1.5, np.float32(0.3)))]
+
+
+def test_a_literal_constant_rides_in_the_fma_instead_of_a_move():
+    c = compiled(affine)
+    lines = body(c.asm)
+    assert "v_fma_f32" not in " ".join(lines)
+    assert sum(ln.startswith("v_fmamk_f32") for ln in lines) == 2
+    assert sum(ln.startswith("v_fmaak_f32") for ln in lines) == 1
+    assert any(re.fullmatch(r"v_fmaak_f32 v\d+, v\d+, v\d+, 0x3e99999a", ln) for ln in lines)
+    assert sum(ln.startswith("v_mov_b32") for ln in lines) == 1  # D's addend 0.3
+    rng = np.random.default_rng(5)
+    a, s = (rng.standard_normal(64).astype(np.float32) for _ in range(2))
+    outs = [np.zeros(64, np.float32) for _ in range(3)]
+    simulate(c.asm, [a, s, *outs], (1, 1, 1), (64, 1, 1))
+    for got, want in zip(outs, _affine_expected(a, s), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_quotient_and_remainder_of_one_index_share_the_multiply_high():
+    # B[(i % 3) * N + i // 3] = A[i]: one v_mul_hi_u32 (was two, the quotient recomputed)
+    lines = body(compiled(kernels.index_div_mod).asm)
+    assert sum(ln.startswith("v_mul_hi_u32") for ln in lines) == 1
+    n = kernels.N
+    a = np.arange(3 * n, dtype=np.float32)
+    b = np.zeros(3 * n, np.float32)
+    simulate(compiled(kernels.index_div_mod).asm, [a, b], (3 * n // 64, 1, 1), (64, 1, 1))
+    np.testing.assert_array_equal(b, a.reshape(n, 3).T.reshape(-1))
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_folded_forms_assemble(target):
+    from tilewave.codegen.amdgcn.toolchain import find_toolchain
+
+    if find_toolchain(target) is None:
+        pytest.skip(f"no assembler for {target}: install llvm-19 lld-19 or triton==3.6.0")
+    assert amdgcn.link(amdgcn.assemble(compiled(affine, target).asm, target), target)[:4] \
+        == b"\x7fELF"
