@@ -173,4 +173,4 @@ def _waits_on_groups(body: Any) -> bool:
 def needs_added_commits(body: Any, original: Any) -> bool:
     """Whether the commits :func:`commit_copy_runs` added to ``original`` matter in the
     synchronised ``body``: only a wait that retires groups reads them."""
-    return body is not original and not has_commits(original) and _waits_on_groups(body)
+    return not body.same_as(original) and not has_commits(original) and _waits_on_groups(body)

@@ -1194,11 +1194,12 @@ def insert_shared_barriers(
     """
     info = get_target(target)
     split = _barrier_style(info, barrier_style)
-    start = commit_copy_runs(func.body, _func_name(func)) if info.is_cuda else func.body
+    original = func.body  # (each `func.body` is a new Python wrapper: compare with same_as)
+    start = commit_copy_runs(original, _func_name(func)) if info.is_cuda else original
     body = _Placer(func, info, split).place(start)
-    if start is not func.body and not needs_added_commits(body, func.body):
-        body = _Placer(func, info, split).place(func.body)  # no wait reads the new groups
-    if body.same_as(func.body):
+    if not start.same_as(original) and not needs_added_commits(body, original):
+        body = _Placer(func, info, split).place(original)  # no wait reads the new groups
+    if body.same_as(original):
         return func
     return rebuild(func, {"body": body})
 

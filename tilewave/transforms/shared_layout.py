@@ -301,7 +301,7 @@ class _Relocate(TIRMutator):
         indices = [self.visit(index) for index in node.indices]
         entry = self._view(node.source)
         if entry is None:
-            if all(a is b for a, b in zip(indices, node.indices, strict=True)):
+            if all(a.same_as(b) for a, b in zip(indices, node.indices, strict=True)):
                 return node
             return rebuild(node, {"indices": indices})
         view, offset = entry
@@ -312,8 +312,8 @@ class _Relocate(TIRMutator):
         indices = [self.visit(index) for index in node.indices]
         entry = self._view(node.buffer)
         if entry is None:
-            if value is node.value and all(
-                a is b for a, b in zip(indices, node.indices, strict=True)
+            if value.same_as(node.value) and all(
+                a.same_as(b) for a, b in zip(indices, node.indices, strict=True)
             ):
                 return node
             return rebuild(node, {"value": value, "indices": indices})
