@@ -6,7 +6,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from tilewave.analysis.shared_access import AccessScope
-from tilewave.analysis.uniformity import Uniformity, UniformityAnalysis
+from tilewave.analysis.uniformity import Uniformity, UniformityAnalysis, unwritten_global_buffers
 
 BLOCK, WARP, THREAD = Uniformity.BLOCK, Uniformity.WARP, Uniformity.THREAD
 
@@ -211,3 +211,34 @@ def test_is_block_uniform_is_cached_per_expression_and_scope():
     assert analysis.is_block_uniform(cond, scope)  # the cached answer
     other, other_scope = conditions(premises)[2]
     assert not analysis.is_block_uniform(other, other_scope)
+
+
+@T.prim_func
+def pointer_passed(A: T.Buffer((256,), "float32"), C: T.Buffer((4,), "int32")):
+    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            p: T.let[T.handle("int32")] = T.address_of(C[0])
+            if C[bx] > 0:  # the call below gets C's address through a variable
+                A[tx] = 0.0
+            T.evaluate(T.call_extern("int32", "atomicAdd", p, 1))
+
+
+def test_a_pointer_variable_passed_to_a_call_makes_every_parameter_written():
+    assert unwritten_global_buffers(pointer_passed) == {}
+    assert levels(pointer_passed) == [THREAD]
+
+
+@T.prim_func
+def flattened_views(A: T.Buffer((256,), "float32"), C: T.Buffer((4,), "int32")):
+    A_1 = T.decl_buffer((256,), data=A.data)
+    C_1 = T.decl_buffer((4,), "int32", data=C.data)
+    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            if C_1[bx] > 0:  # a view of a parameter only A's view writes
+                A_1[bx * 64 + tx] = 0.0
+
+
+def test_views_of_parameters_share_their_parameters_fate():
+    read_only = {b.name for b in unwritten_global_buffers(flattened_views).values()}
+    assert read_only == {"C", "C_1"}  # A is written through its view A_1
+    assert levels(flattened_views) == [BLOCK]

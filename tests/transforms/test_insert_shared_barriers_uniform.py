@@ -296,3 +296,20 @@ def test_two_arm_writes_of_a_divergent_if_are_refused():
         refuse_unfixable(
             divergent_two_arm_writes, "divergent_two_arm_writes", "InsertSharedBarriers"
         )
+
+
+# --- through tilewave.lower: FlattenBuffer declares every parameter as a view --------------
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_lowered_kernel_keeps_the_uniform_barrier_and_runs_clean(name):
+    case = BY_NAME[name]
+    mod = tilewave.lower(case.stripped(), "sm_90a")
+    (device,) = [g for g in mod.get_global_vars() if g.name_hint.endswith("_kernel")]
+    text = mod[device].script()
+    placed = insert_shared_barriers(case.stripped(), "sm_90a").script()
+    assert text.count("T.ptx.barrier(") + text.count("tvm_storage_sync") == placed.count(
+        "T.ptx.barrier("
+    ) + placed.count("lds_barrier")
+    report = tilewave.racecheck(
+        mod, "sm_90a", args=dict(case.scalars), blocks=case.blocks, func_name=device.name_hint
+    )
+    assert report.ok, report.format()

@@ -67,10 +67,11 @@ from tilewave.analysis.named_barrier_order import (
 )
 from tilewave.analysis.shared_access import AccessScope, collect_thread_extents, is_leaf_statement
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, is_buffer
+from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.ir.walker import post_order_visit
 
-__all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions"]
+__all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions", "unwritten_global_buffers"]
 
 #: TCallEffectKind values of calls with no side effect and no hidden input
 #: (kExprAnnotation, kPure): their value depends on their arguments only
@@ -79,6 +80,8 @@ _PURE_EFFECTS = (0, 1)
 _MAX_DIVISOR = 4096
 _COMPARISONS = (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE)
 _ADDRESS_OPS = frozenset({"tirx.buffer_data", "tirx.address_of", "tirx.tvm_access_ptr"})
+#: what a call passed a pointer variable may write (no buffer's memory is known)
+_UNKNOWN_MEMORY = tirx.Var("unknown_memory", "handle")
 
 
 class Uniformity(enum.IntEnum):
@@ -153,56 +156,13 @@ class UniformityAnalysis:
         self._thread_vars = {_key(v): v for v in collect_thread_extents(func)}
         self._definitions: dict[int, tuple[Any, Any]] = {}
         self._premises: dict[int, tuple[Any, tuple[Any, ...]]] = {}
-        self._read_only = self._read_only_parameters(func)
+        self._read_only = unwritten_global_buffers(func)
         self._record(func.body, ())
         self._cache: dict[tuple[int, Any], tuple[Any, bool]] = {}
         self.uniform_locals = uniform_local_buffers(func, self._dependent_in_fixpoint)
         self._locals = {_key(b): b for b in self.uniform_locals}
 
     # -- facts gathered once ---------------------------------------------------------------
-    def _read_only_parameters(self, func: tirx.PrimFunc) -> dict[int, Any]:
-        params = {_key(p): p for p in func.params if is_buffer(p)}
-        allocated: dict[int, Any] = {}
-        written: list[Any] = []
-
-        def check(node: Any) -> None:
-            if isinstance(node, tirx.BufferStore):
-                written.append(node.buffer)
-            elif type(node).__name__ in ("AllocBuffer", "DeclBuffer") and getattr(
-                node, "data", None
-            ) is None:
-                allocated[_key(node.buffer)] = node.buffer
-            elif isinstance(node, ir.expr.Call):
-                written.extend(self._reached_by_call(node))
-
-        post_order_visit(
-            func.body, check, (tirx.BufferStore, tirx.AllocBuffer, tirx.DeclBuffer, ir.expr.Call)
-        )
-        if any(_key(b) not in params and _key(b) not in allocated for b in written):
-            return {}  # a write through a view of unknown storage may reach any parameter
-        dirty = {_key(b) for b in written}
-        return {k: p for k, p in params.items() if k not in dirty}
-
-    @staticmethod
-    def _reached_by_call(call: ir.expr.Call) -> list[Any]:
-        """Buffers a call may write: any buffer named in it except through a plain load
-        (an address-taking op, or the buffer itself as an argument)."""
-        found: list[Any] = []
-        op = call.op
-        effect = op.get_attr("TCallEffectKind") if isinstance(op, ir.Op) else None
-        addressing = isinstance(op, ir.Op) and op.name in _ADDRESS_OPS
-        if effect is not None and int(effect) in _PURE_EFFECTS and not addressing:
-            return found
-        for arg in call.args:
-            if is_buffer(arg):
-                found.append(arg)
-            elif isinstance(arg, ir.expr.Call) and isinstance(arg.op, ir.Op):
-                if arg.op.name in _ADDRESS_OPS:
-                    post_order_visit(arg, lambda n: found.append(n) if is_buffer(n) else None)
-        if addressing:
-            post_order_visit(call, lambda n: found.append(n) if is_buffer(n) else None)
-        return found
-
     def _record(self, stmt: Any, premises: tuple[Any, ...]) -> None:
         """Remember the premises in force at every control statement, and what each
         ``Bind`` and loop variable is defined as."""
@@ -494,6 +454,67 @@ def thread_conditions(
         if not is_block_uniform(cond, outer):
             kept.append((cond, holds))
     return tuple(kept)
+
+
+def unwritten_global_buffers(func: tirx.PrimFunc) -> dict[int, Any]:
+    """The buffers of ``func`` over a kernel parameter's memory that nothing in the kernel
+    writes, by node hash: the parameters themselves and their views (``decl_buffer(data=
+    P.data)``, which TVM's ``FlattenBuffer`` makes of every parameter). A store, or a call
+    that may write (an address-taking op, a buffer as a call argument), through any buffer
+    over a parameter's memory makes that parameter and its views written; one through a
+    view whose memory is not known makes every parameter written."""
+    root: dict[int, int | None] = {_key(p): _key(p) for p in func.params if is_buffer(p)}
+    buffers = {_key(p): p for p in func.params if is_buffer(p)}
+    allocated: set[int] = set()
+    written: list[Any] = []
+
+    def check(node: Any) -> None:
+        if isinstance(node, tirx.BufferStore):
+            written.append(node.buffer)
+        elif isinstance(node, (tirx.AllocBuffer, tirx.DeclBuffer)):
+            data = getattr(node, "data", None)
+            if data is None:
+                allocated.add(_key(node.buffer))
+                return
+            source = _data_source(data)
+            buffers[_key(node.buffer)] = node.buffer
+            root[_key(node.buffer)] = root.get(_key(source[0])) if source else None
+        elif isinstance(node, ir.expr.Call):
+            written.extend(_reached_by_call(node))
+
+    # statements in program order: a view is declared before it is used
+    post_order_visit(
+        func.body, check, (tirx.BufferStore, tirx.AllocBuffer, tirx.DeclBuffer, ir.expr.Call)
+    )
+    dirty: set[int | None] = set()
+    for buffer in written:
+        if _key(buffer) in allocated:
+            continue
+        dirty.add(root.get(_key(buffer)))
+    if None in dirty:
+        return {}  # a write through a view of unknown memory may reach any parameter
+    return {k: buffers[k] for k, r in root.items() if r is not None and r not in dirty}
+
+
+def _reached_by_call(call: ir.expr.Call) -> list[Any]:
+    """Buffers a call may write: any buffer named in it except through a plain load
+    (an address-taking op, or the buffer itself as an argument)."""
+    found: list[Any] = []
+    op = call.op
+    effect = op.get_attr("TCallEffectKind") if isinstance(op, ir.Op) else None
+    if isinstance(op, ir.Op) and op.name in _ADDRESS_OPS:
+        return found  # an address alone writes nothing: the call it is passed to decides
+    if effect is not None and int(effect) in _PURE_EFFECTS:
+        return found
+    for arg in call.args:
+        if is_buffer(arg):
+            found.append(arg)
+        elif isinstance(arg, ir.expr.Call) and isinstance(arg.op, ir.Op):
+            if arg.op.name in _ADDRESS_OPS:
+                post_order_visit(arg, lambda n: found.append(n) if is_buffer(n) else None)
+        elif isinstance(arg, ir.expr.Var) and "handle" in str(arg.ty):
+            found.append(_UNKNOWN_MEMORY)  # a pointer held in a variable: any memory
+    return found
 
 
 def _where_key(where: Any) -> Any:

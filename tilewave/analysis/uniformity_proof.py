@@ -11,8 +11,10 @@ holding at the branch.
 Loads are replaced by variables: one variable for both threads when every thread reads the
 same word of memory that holds one value for the whole block (indices proved equal the same
 way, of a shared buffer — ordered against its writes by barriers —, of a kernel parameter no
-statement writes or passes to a call, or of a local that ``uniform_local_buffers`` finds
-equal in every thread); two unrelated variables otherwise. Premises are ``assert`` and
+statement writes or passes to a call (the memory fact,
+:func:`~tilewave.analysis.uniformity.unwritten_global_buffers`, is shared with the pass),
+or of a local that ``uniform_local_buffers`` finds equal in every thread); two unrelated
+variables otherwise. Premises are ``assert`` and
 ``T.assume`` statements earlier in an enclosing statement list and the enclosing ``if``
 conditions that do not mention a thread index.
 """
@@ -26,8 +28,9 @@ from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
 from tilewave.analysis.shared_access import AccessScope, collect_thread_extents, is_leaf_statement
-from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, is_buffer
+from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope
 from tilewave.analysis.uniform_locals import uniform_local_buffers
+from tilewave.analysis.uniformity import unwritten_global_buffers
 from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
 
 __all__ = ["UniformityProof"]
@@ -92,7 +95,7 @@ class UniformityProof:
         self._extents = collect_thread_extents(func)
         #: thread indices, and loop/Bind variables whose value may differ between threads
         self._per_thread: dict[Any, int] = dict(self._extents)
-        self._read_only = self._unwritten_parameters(func)
+        self._read_only = set(unwritten_global_buffers(func))
         self._premises: dict[int, list[Any]] = {}
         self._collect_premises(func.body, [])
         self._answers: dict[tuple[int, Any], tuple[Any, bool]] = {}
@@ -103,35 +106,6 @@ class UniformityProof:
                 func, lambda expr, uniform: not self._same_for_all(expr, [], uniform)
             )
         }
-
-    def _unwritten_parameters(self, func: tirx.PrimFunc) -> set[int]:
-        params = {hash(p) for p in func.params if is_buffer(p)}
-        touched: set[int] = set()
-        views = False
-
-        def visit(node: Any) -> None:
-            nonlocal views
-            target = None
-            if isinstance(node, tirx.BufferStore):
-                target = [node.buffer]
-            elif isinstance(node, ir.expr.Call):
-                op = node.op
-                effect = op.get_attr("TCallEffectKind") if isinstance(op, ir.Op) else None
-                addressing = getattr(op, "name", "") in ("tirx.address_of", "tirx.tvm_access_ptr")
-                if effect is None or int(effect) > 1 or addressing:
-                    target = []
-                    post_order_visit(
-                        tirx.Evaluate(node),
-                        lambda n: target.append(n) if is_buffer(n) else None,
-                    )
-            elif type(node).__name__ == "DeclBuffer" and getattr(node, "data", None) is not None:
-                views = True
-            for buf in target or []:
-                touched.add(hash(buf))
-
-        post_order_visit(func.body, visit)
-        # a view of a parameter's memory may be written under another name
-        return set() if views else params - touched
 
     def holds_one_value(self, buffer: Any, locals_: set[int] | None = None) -> bool:
         """Whether a word of ``buffer``, read at the same index, gives every thread of the
