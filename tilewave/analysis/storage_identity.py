@@ -103,9 +103,8 @@ class BufferStorage:
         offset = self.elem_offset
         if offset is None or any(isinstance(i, tirx.Ramp) for i in indices):
             return None
-        shape = list(ty.shape)
-        strides = list(ty.strides) or _row_major(shape)
-        if strides is None or len(strides) != len(indices):
+        strides = list(ty.strides) or _row_major(list(ty.shape))
+        if len(strides) != len(indices):
             return None
         flat: Any = None
         for index, stride in zip(indices, strides, strict=True):
@@ -120,7 +119,7 @@ def _is_one(expr: Any) -> bool:
     return isinstance(expr, tirx.IntImm) and int(expr.value) == 1
 
 
-def _row_major(shape: list[Any]) -> list[Any] | None:
+def _row_major(shape: list[Any]) -> list[Any]:
     strides: list[Any] = []
     running: Any = tirx.IntImm("int32", 1)
     for extent in reversed(shape):
@@ -142,13 +141,15 @@ class StorageMap:
     """
 
     storages: Mapping[Any, BufferStorage]
+    #: the pool of a buffer the map does not know (``shared.dyn`` merged by TVM, or none)
+    unknown_pool: Callable[[ir.expr.Var], str | None] = lambda buffer: None
 
     def of(self, buffer: ir.expr.Var) -> BufferStorage:
         """The storage of ``buffer``."""
         found = self.storages.get(buffer)
         if found is not None:
             return found
-        return BufferStorage(buffer, buffer, 0, _itemsize(buffer), _pool_of(buffer, False))
+        return BufferStorage(buffer, buffer, 0, _itemsize(buffer), self.unknown_pool(buffer))
 
 
 def _pool_of(buffer: ir.expr.Var, merge_static: bool) -> str | None:
@@ -213,7 +214,7 @@ def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) ->
 
     # a view's source is declared before it
     post_order_visit(func.body, resolve, (tirx.AllocBuffer, tirx.DeclBuffer))
-    return StorageMap(storages)
+    return StorageMap(storages, pool)
 
 
 def _view(
