@@ -1,0 +1,128 @@
+"""Store merging (merge_stores.py): runs of dword global stores as one dwordx2/x4 store.
+
+Stage tests on hand-built kernel IR (what merges, what must not), then whole kernels: the
+selected program has the dword stores, the final assembly the wide ones, the simulator's
+result matches NumPy and LLVM's tools assemble it."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilewave.codegen import amdgcn
+from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, Program, Sub, VReg
+from tilewave.codegen.amdgcn.merge_stores import merge_stores
+
+sys.path.insert(0, str(Path(__file__).parent))
+import kernels
+from isa_simulator import simulate
+from test_amdgcn_real_kernels import case
+
+
+def ops(program):
+    return [i.opcode for i in program.body if isinstance(i, Instr)]
+
+
+def _row(n=4, base=0):
+    """``n`` values computed and stored to consecutive dwords at ``base``."""
+    addr, saddr = VReg("v"), VReg("s", 2, 2)
+    values = [VReg("v") for _ in range(n)]
+    code = [Instr("v_mov_b32", [addr], [Imm.of_int(0)])]
+    for k, v in enumerate(values):
+        code.append(Instr("v_mov_b32", [v], [Imm.of_int(k)]))
+        off = base + 4 * k
+        code.append(Instr("global_store_dword", [], [addr, v, saddr],
+                          f"offset:{off}" if off else ""))
+    return addr, saddr, values, code
+
+
+def test_four_dword_stores_become_one_dwordx4_of_a_new_range():
+    addr, saddr, _, code = _row(base=16)
+    after = merge_stores(Program("k", [*code, Instr("s_endpgm")]))
+    assert ops(after) == ["v_mov_b32"] * 5 + ["global_store_dwordx4", "s_endpgm"]
+    store = after.body[5]
+    data = store.uses[1]
+    assert store.uses[0] is addr and store.uses[2] is saddr and store.mods == "offset:16"
+    assert isinstance(data, Sub) and data.index == 0 and data.width == 4
+    assert data.reg.align == 2
+    # each value is now an element of the range, where it is defined too
+    assert [after.body[1 + k].defs[0] for k in range(4)] == [Sub(data.reg, k) for k in range(4)]
+
+
+def test_two_consecutive_stores_become_a_dwordx2():
+    _, _, _, code = _row(n=2)
+    after = merge_stores(Program("k", [*code, Instr("s_endpgm")]))
+    assert ops(after) == ["v_mov_b32"] * 3 + ["global_store_dwordx2", "s_endpgm"]
+
+
+def test_data_already_in_an_aligned_range_is_stored_from_it():
+    addr, saddr = VReg("v"), VReg("s", 2, 2)
+    tile = VReg("v", 8, 2)
+    code = [Instr("global_store_dword", [], [addr, Sub(tile, 4 + k), saddr],
+                  f"offset:{4 * k}" if k else "") for k in range(4)]
+    after = merge_stores(Program("k", [Instr("v_mov_b32", [addr], [Imm.of_int(0)]), *code]))
+    assert ops(after) == ["v_mov_b32", "global_store_dwordx4"]
+    assert after.body[1].uses[1] == Sub(tile, 4, 4)
+
+
+@pytest.mark.parametrize("why", ["same_buffer_load", "data_rewritten", "label", "gap",
+                                 "repeated_value", "odd_range_start"])
+def test_what_is_not_merged(why):
+    addr, saddr, values, code = _row(n=2)
+    second = code.pop()  # the second store
+    between = {
+        "same_buffer_load": [Instr("global_load_dword", [VReg("v")], [addr, saddr])],
+        "data_rewritten": [Instr("v_mov_b32", [values[0]], [Imm.of_int(9)])],
+        "label": [Label("join")],
+    }.get(why, [])
+    if why == "gap":
+        second.mods = "offset:8"
+    if why == "repeated_value":
+        second.uses[1] = values[0]
+    if why == "odd_range_start":
+        tile = VReg("v", 4, 2)
+        code[2].uses[1] = Sub(tile, 1)
+        second.uses[1] = Sub(tile, 2)
+    before = Program("k", [*code, *between, second, Instr("s_endpgm")])
+    assert "global_store_dwordx2" not in ops(merge_stores(before))
+
+
+def test_a_load_of_another_buffer_in_between_does_not_block():
+    addr, _, _, code = _row(n=2)
+    second = code.pop()
+    other = VReg("s", 2, 2)
+    after = merge_stores(Program("k", [*code, Instr("global_load_dword", [VReg("v")],
+                                                    [addr, other]), second]))
+    assert ops(after)[-2:] == ["global_load_dword", "global_store_dwordx2"]
+
+
+def _compile(func, target="gfx942"):
+    return amdgcn.compile_device_func(amdgcn.device_function(func, target), target)
+
+
+@pytest.mark.parametrize(("name", "dword", "wide"), [
+    ("sgemm_regtile", 16, 4),   # the 4x4 register tile: four rows of four
+    ("layernorm_rows", 16, 4),  # one row of 16 floats per thread
+    ("softmax_rows", 16, 4),
+])
+def test_kernels_store_rows_as_dwordx4_and_match_numpy(name, dword, wide):
+    c = _compile(getattr(kernels, name))
+    assert ops(c.selected).count("global_store_dword") == dword
+    assert ops(c.final).count("global_store_dwordx4") == wide
+    assert "global_store_dword" not in ops(c.final)
+    args, grid, block, check = case(name)
+    simulate(c.asm, args, grid, block)
+    actual, expected, tol = check()
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("target", ["gfx942", "gfx950"])
+def test_merged_stores_assemble(target):
+    from tilewave.codegen.amdgcn.toolchain import find_toolchain
+
+    if find_toolchain(target) is None:
+        pytest.skip(f"no assembler for {target}: install llvm-19 lld-19 or triton==3.6.0")
+    asm = _compile(kernels.sgemm_regtile, target).asm
+    assert "global_store_dwordx4" in asm
+    assert amdgcn.link(amdgcn.assemble(asm, target), target)[:4] == b"\x7fELF"

@@ -1,0 +1,142 @@
+"""Store merging: adjacent 4-byte global stores as one ``global_store_dwordx2/x4``.
+
+An unrolled row written element by element (``for j in T.unroll(4): B[i, j] = ...``, a
+register tile's results) becomes one ``global_store_dword`` per element, all with the same
+``vaddr`` and base and offsets ``o, o + 4, ...``. :func:`merge_stores` (kernel IR, virtual
+registers, before allocation) replaces a run of four (else two) of them by one wide store at
+the position of the last one, when
+
+* the stores are ``global_store_dword`` with one ``vaddr`` operand, one base (``saddr``) and
+  offsets ``o, o + 4, o + 8, o + 12`` (the first one's offset is the merged store's);
+* their data can be one even-aligned register tuple: consecutive elements of one range
+  starting at an even element, or distinct single VGPRs not yet in a range (they become the
+  elements of a new range: every occurrence is renamed, which only constrains the
+  allocator);
+* the earlier stores can move down to the last: in between, nothing writes their data or
+  address registers, no label, branch, EXEC write, barrier or explicit wait intervenes, and
+  no other memory instruction uses the same base register (kernel arguments are distinct
+  allocations, as TVM's own codegen assumes when it marks them ``noalias``; LDS is another
+  address space).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tilewave.codegen.amdgcn.isa import op_info
+from tilewave.codegen.amdgcn.kir import Instr, Label, Operand, Program, Sub, Sym, VReg
+
+__all__ = ["merge_stores"]
+
+_WIDE = {4: "global_store_dwordx4", 2: "global_store_dwordx2"}
+LOOKAHEAD = 64
+
+
+def _offset(ins: Instr) -> int:
+    for mod in ins.mods.split():
+        if mod.startswith("offset:"):
+            return int(mod.split(":", 1)[1])
+    return 0
+
+
+def _units(op: Operand) -> set[tuple[int, int]]:
+    if isinstance(op, VReg):
+        return {(op.id, i) for i in range(op.width)}
+    if isinstance(op, Sub):
+        return {(op.reg.id, op.index + i) for i in range(op.width)}
+    return set()
+
+
+def _blocks_motion(ins: Instr | Label) -> bool:
+    if isinstance(ins, Label) or ins.target is not None:
+        return True
+    unit = op_info(ins.opcode).unit
+    return (unit in ("barrier", "wait") or "saveexec" in ins.opcode
+            or any(isinstance(op, Sym) and op.name == "exec" for op in ins.defs))
+
+
+def _tuple(data: list[Operand], renamed: dict[VReg, Sub]) -> Operand | None:
+    """One aligned tuple holding ``data`` in order (recording new ranges in ``renamed``)."""
+    data = [renamed.get(d, d) if isinstance(d, VReg) else d for d in data]
+    n = len(data)
+    if all(isinstance(d, Sub) and d.width == 1 for d in data):
+        first = data[0]
+        assert isinstance(first, Sub)
+        if (first.index % 2 == 0 and first.reg.align % 2 == 0
+                and all(d.reg is first.reg and d.index == first.index + k  # type: ignore[union-attr]
+                        for k, d in enumerate(data))):
+            return Sub(first.reg, first.index, n)
+        return None
+    singles = [d for d in data if isinstance(d, VReg) and d.cls == "v" and d.width == 1
+               and d.fixed is None]
+    if len(singles) != n or len({d.id for d in singles}) != n:
+        return None
+    whole = VReg("v", n, 2)
+    for k, d in enumerate(singles):
+        renamed[d] = Sub(whole, k)
+    return Sub(whole, 0, n)
+
+
+def _run(body: list[Instr | Label], i: int, width: int) -> list[int] | None:
+    """Positions of ``width`` stores continuing the one at ``i`` (offsets +4 each), the
+    earlier ones movable down to the last; None if there is no such run."""
+    first = body[i]
+    assert isinstance(first, Instr)
+    vaddr, _, saddr = first.uses
+    base = _offset(first)
+    found = [i]
+    for j in range(i + 1, min(len(body), i + 1 + LOOKAHEAD)):
+        ins = body[j]
+        if _blocks_motion(ins):
+            return None
+        assert isinstance(ins, Instr)
+        info = op_info(ins.opcode)
+        want = base + 4 * len(found)
+        if (ins.opcode == "global_store_dword" and ins.uses[0] == vaddr
+                and ins.uses[2] == saddr and _offset(ins) == want):
+            found.append(j)
+            if len(found) == width:
+                return found
+            continue
+        if info.unit in ("vmem", "smem") and any(op == saddr for op in ins.uses):
+            return None  # the same buffer read or written in between
+        moved = set().union(*(_units(body[k].uses[1]) for k in found))  # type: ignore[union-attr]
+        moved |= _units(vaddr) | _units(saddr)
+        if any(_units(d) & moved for d in ins.defs):
+            return None  # a moved store's data or address changes before the last store
+    return None
+
+
+def merge_stores(program: Program) -> Program:
+    """``program`` with runs of adjacent dword global stores merged (see the module docs)."""
+    body = list(program.body)
+    renamed: dict[VReg, Sub] = {}
+    removed: set[int] = set()
+    for i, ins in enumerate(body):
+        if i in removed or not isinstance(ins, Instr) or ins.opcode != "global_store_dword":
+            continue
+        for width in (4, 2):
+            run = _run(body, i, width)
+            if run is None or any(k in removed for k in run):
+                continue
+            data = _tuple([body[k].uses[1] for k in run], renamed)  # type: ignore[union-attr]
+            if data is None:
+                continue
+            last = body[run[-1]]
+            assert isinstance(last, Instr)
+            mods = f"offset:{_offset(ins)}" if _offset(ins) else ""
+            body[run[-1]] = Instr(_WIDE[width], [], [ins.uses[0], data, ins.uses[2]], mods,
+                                  comment=last.comment)
+            removed.update(run[:-1])
+            break
+    out: list[Instr | Label] = []
+    for k, ins in enumerate(body):
+        if k in removed:
+            continue
+        if isinstance(ins, Instr) and renamed:
+            ins = replace(ins, defs=[renamed.get(o, o) if isinstance(o, VReg) else o
+                                     for o in ins.defs],
+                          uses=[renamed.get(o, o) if isinstance(o, VReg) else o
+                                for o in ins.uses])
+        out.append(ins)
+    return replace(program, body=out)
