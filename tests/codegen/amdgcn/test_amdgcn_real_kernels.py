@@ -23,6 +23,18 @@ def compiled(name, target="gfx942"):
     return amdgcn.compile_device_func(amdgcn.device_function(func, target), target)
 
 
+def link_or_skip(asm, target):
+    """Assemble and link ``asm`` with LLVM's tools for ``target`` (skip when absent); the
+    code object's bytes."""
+    from tilewave.codegen.amdgcn.toolchain import find_toolchain
+
+    if find_toolchain(target) is None:
+        pytest.skip(f"no assembler for {target}: install llvm-19 lld-19 or triton==3.6.0")
+    code_object = amdgcn.link(amdgcn.assemble(asm, target), target)
+    assert code_object[:4] == b"\x7fELF"
+    return code_object
+
+
 def f32(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
@@ -120,9 +132,4 @@ def test_runtime_saxpy_edge_sizes(n):
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
 @pytest.mark.parametrize("name", [*REAL, "saxpy_runtime"])
 def test_real_kernel_assembles_and_links(name, target):
-    from tilewave.codegen.amdgcn.toolchain import find_toolchain
-
-    if find_toolchain(target) is None:
-        pytest.skip(f"no assembler for {target}: install llvm-19 lld-19 or triton==3.6.0")
-    code_object = amdgcn.link(amdgcn.assemble(compiled(name, target).asm, target), target)
-    assert code_object[:4] == b"\x7fELF"
+    link_or_skip(compiled(name, target).asm, target)

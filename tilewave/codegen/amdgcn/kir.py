@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import itertools
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 __all__ = [
@@ -36,6 +36,8 @@ __all__ = [
     "VReg",
     "base_reg",
     "reg_class",
+    "reg_units",
+    "renamed",
 ]
 
 RegClass = Literal["v", "s"]
@@ -186,6 +188,15 @@ def reg_class(op: object) -> RegClass | None:
     return None
 
 
+def reg_units(op: object) -> set[tuple[int, int]]:
+    """The single virtual registers ``op`` covers, as ``(range id, element)`` pairs."""
+    if isinstance(op, VReg):
+        return {(op.id, i) for i in range(op.width)}
+    if isinstance(op, Sub):
+        return {(op.reg.id, op.index + i) for i in range(op.width)}
+    return set()
+
+
 @dataclass
 class Instr:
     """One instruction: ``opcode defs..., uses... mods``.
@@ -210,6 +221,18 @@ class Instr:
     def is_unconditional(self) -> bool:
         """Control never falls through to the next instruction."""
         return self.opcode in ("s_branch", "s_endpgm")
+
+
+def renamed(ins: Instr | Label, mapping: dict[VReg, Sub]) -> Instr | Label:
+    """``ins`` with each register of ``mapping`` replaced by its slice of a range (a label
+    as it is)."""
+    if isinstance(ins, Label):
+        return ins
+
+    def swap(op: Operand) -> Operand:
+        return mapping.get(op, op) if isinstance(op, VReg) else op
+
+    return replace(ins, defs=[swap(o) for o in ins.defs], uses=[swap(o) for o in ins.uses])
 
 
 @dataclass

@@ -24,7 +24,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tilewave.codegen.amdgcn.isa import op_info
-from tilewave.codegen.amdgcn.kir import Instr, Label, Operand, Program, Sub, Sym, VReg
+from tilewave.codegen.amdgcn.kir import (
+    Instr,
+    Label,
+    Operand,
+    Program,
+    Sub,
+    Sym,
+    VReg,
+    reg_units,
+    renamed,
+)
 
 __all__ = ["merge_stores"]
 
@@ -37,14 +47,6 @@ def _offset(ins: Instr) -> int:
         if mod.startswith("offset:"):
             return int(mod.split(":", 1)[1])
     return 0
-
-
-def _units(op: Operand) -> set[tuple[int, int]]:
-    if isinstance(op, VReg):
-        return {(op.id, i) for i in range(op.width)}
-    if isinstance(op, Sub):
-        return {(op.reg.id, op.index + i) for i in range(op.width)}
-    return set()
 
 
 def _blocks_motion(ins: Instr | Label) -> bool:
@@ -100,9 +102,9 @@ def _run(body: list[Instr | Label], i: int, width: int) -> list[int] | None:
             continue
         if info.unit in ("vmem", "smem") and any(op == saddr for op in ins.uses):
             return None  # the same buffer read or written in between
-        moved = set().union(*(_units(body[k].uses[1]) for k in found))  # type: ignore[union-attr]
-        moved |= _units(vaddr) | _units(saddr)
-        if any(_units(d) & moved for d in ins.defs):
+        moved = set().union(*(reg_units(body[k].uses[1]) for k in found))  # type: ignore[union-attr]
+        moved |= reg_units(vaddr) | reg_units(saddr)
+        if any(reg_units(d) & moved for d in ins.defs):
             return None  # a moved store's data or address changes before the last store
     return None
 
@@ -110,7 +112,7 @@ def _run(body: list[Instr | Label], i: int, width: int) -> list[int] | None:
 def merge_stores(program: Program) -> Program:
     """``program`` with runs of adjacent dword global stores merged (see the module docs)."""
     body = list(program.body)
-    renamed: dict[VReg, Sub] = {}
+    ranges: dict[VReg, Sub] = {}
     removed: set[int] = set()
     for i, ins in enumerate(body):
         if i in removed or not isinstance(ins, Instr) or ins.opcode != "global_store_dword":
@@ -119,7 +121,7 @@ def merge_stores(program: Program) -> Program:
             run = _run(body, i, width)
             if run is None or any(k in removed for k in run):
                 continue
-            data = _tuple([body[k].uses[1] for k in run], renamed)  # type: ignore[union-attr]
+            data = _tuple([body[k].uses[1] for k in run], ranges)  # type: ignore[union-attr]
             if data is None:
                 continue
             last = body[run[-1]]
@@ -129,14 +131,6 @@ def merge_stores(program: Program) -> Program:
                                   comment=last.comment)
             removed.update(run[:-1])
             break
-    out: list[Instr | Label] = []
-    for k, ins in enumerate(body):
-        if k in removed:
-            continue
-        if isinstance(ins, Instr) and renamed:
-            ins = replace(ins, defs=[renamed.get(o, o) if isinstance(o, VReg) else o
-                                     for o in ins.defs],
-                          uses=[renamed.get(o, o) if isinstance(o, VReg) else o
-                                for o in ins.uses])
-        out.append(ins)
+    out = [renamed(ins, ranges)
+           for k, ins in enumerate(body) if k not in removed]
     return replace(program, body=out)

@@ -30,7 +30,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tilewave.codegen.amdgcn.kir import Instr, Label, Operand, Program, Sub, Sym, VReg
+from tilewave.codegen.amdgcn.kir import (
+    Instr,
+    Label,
+    Operand,
+    Program,
+    Sub,
+    Sym,
+    VReg,
+    reg_units,
+    renamed,
+)
 
 __all__ = ["PACKED", "pack_f32_pairs"]
 
@@ -84,18 +94,10 @@ def _source_pair(lo: Operand, hi: Operand, new: dict[VReg, Sub]
     return Sub(reg, first, 2), lo.index - first, hi.index - first
 
 
-def _units(op: Operand) -> set[tuple[int, int]]:
-    if isinstance(op, VReg):
-        return {(op.id, i) for i in range(op.width)}
-    if isinstance(op, Sub):
-        return {(op.reg.id, op.index + i) for i in range(op.width)}
-    return set()
-
-
 def _all_units(ops: list[Operand]) -> set[tuple[int, int]]:
     out: set[tuple[int, int]] = set()
     for op in ops:
-        out |= _units(op)
+        out |= reg_units(op)
     return out
 
 
@@ -147,13 +149,6 @@ def _pack(a: Instr, b: Instr, pairs: _Pairs) -> Instr | None:
                  comment=" ; ".join(c for c in (a.comment, b.comment) if c))
 
 
-def _rename(ins: Instr | Label, half: dict[VReg, Sub]) -> Instr | Label:
-    if isinstance(ins, Label):
-        return ins
-    return replace(ins, defs=[half.get(o, o) if isinstance(o, VReg) else o for o in ins.defs],
-                   uses=[half.get(o, o) if isinstance(o, VReg) else o for o in ins.uses])
-
-
 def pack_f32_pairs(program: Program) -> Program:
     """``program`` with independent f32 FMA/add/mul pairs as ``v_pk_*_f32`` (module docs)."""
     body = list(program.body)
@@ -178,7 +173,7 @@ def pack_f32_pairs(program: Program) -> Program:
             body[i] = packed
             removed.add(j)
             # later instructions name the new pairs, so the checks above compare like with like
-            body[i + 1:] = [_rename(ins, pairs.half) for ins in body[i + 1:]]
+            body[i + 1:] = [renamed(ins, pairs.half) for ins in body[i + 1:]]
             break
-    out = [_rename(ins, pairs.half) for k, ins in enumerate(body) if k not in removed]
+    out = [renamed(ins, pairs.half) for k, ins in enumerate(body) if k not in removed]
     return replace(program, body=out)
