@@ -26,6 +26,7 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -266,7 +267,7 @@ class _Side:
                 raise _NotEnumerable(f"variable {var} with no known range")
         self._valid: dict[Any, np.ndarray | None] = {}
         self._periods: dict[Any, int | None] = {}
-        self._points: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._points: dict[Any, _Points] = {}
 
     def valid(self, loop: LoopRange) -> np.ndarray | None:
         """The iterations of ``loop`` in which the access can run, judged by the path
@@ -307,21 +308,20 @@ class _Side:
         fixed: Mapping[Any, np.ndarray],
         ties: list[tuple[Any, int, int]],
         sample: bool = False,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(keys, thread ids, distinct sorted keys)`` over the free variables, with
-        ``fixed`` loop values (an array of allowed values each). ``ties``: ``(var, offset,
-        count)`` of loops shared with the other side; the key holds the iteration
-        ``var - offset`` (in ``[0, count)``) next to the address, so only equal iterations
-        meet. Cached: one access meets many others in the same loop context. ``sample``:
-        only the first values of each variable, at most :data:`SAMPLE_POINTS` points."""
+    ) -> _Points:
+        """The points over the free variables, with ``fixed`` loop values (an array of
+        allowed values each). ``ties``: ``(var, offset, count)`` of loops shared with the
+        other side; the key holds the iteration ``var - offset`` (in ``[0, count)``) next to
+        the address, so only equal iterations meet. Cached: one access meets many others in
+        the same loop context. ``sample``: only the first values of each variable, at most
+        :data:`SAMPLE_POINTS` points."""
         memo = (
             tuple((hash(var), values.tobytes()) for var, values in fixed.items()),
             tuple((hash(var), offset, count) for var, offset, count in ties),
             sample,
         )
         if memo not in self._points:
-            keys, threads = self._enumerate(fixed, ties, sample)
-            self._points[memo] = (keys, threads, np.unique(keys))
+            self._points[memo] = _Points.of(*self._enumerate(fixed, ties, sample))
         return self._points[memo]
 
     def _enumerate(
@@ -455,42 +455,47 @@ def _tied_values(a: _Side, b: _Side, la: LoopRange, lb: LoopRange, dist: int) ->
     return {la.var: pairs}, {lb.var: pairs + shift}
 
 
-def _overlap(
-    a: tuple[np.ndarray, np.ndarray, np.ndarray],
-    b: tuple[np.ndarray, np.ndarray, np.ndarray],
-    same_thread_ordered: bool,
-) -> bool:
-    """Whether the points of ``a`` and ``b`` (``(keys, threads, distinct keys)``, one loop
-    context) share a key touched by two different threads (by any threads when not
-    ``same_thread_ordered``)."""
-    keys_a, threads_a, distinct_a = a
-    keys_b, threads_b, distinct_b = b
-    if distinct_a.size == 0 or distinct_b.size == 0:
+@dataclass(frozen=True)
+class _Points:
+    """One side's points in one loop context: its distinct keys, sorted, and for each the
+    lowest and highest thread id touching it."""
+
+    keys: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+    @classmethod
+    def of(cls, keys: np.ndarray, threads: np.ndarray) -> _Points:
+        """Group ``(key, thread)`` pairs by key."""
+        order = np.lexsort((threads, keys))
+        k, t = keys[order], threads[order]
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if k.size else np.zeros(0, int)
+        ends = np.r_[starts[1:], len(k)] - 1 if k.size else starts
+        return cls(k[starts], t[starts], t[ends])
+
+    @property
+    def size(self) -> int:
+        """Number of distinct keys."""
+        return int(self.keys.size)
+
+
+def _overlap(a: _Points, b: _Points, same_thread_ordered: bool) -> bool:
+    """Whether ``a`` and ``b`` (one loop context) share a key touched by two different
+    threads (by any threads when not ``same_thread_ordered``)."""
+    if a.size == 0 or b.size == 0:
         return False
-    if distinct_a[-1] < distinct_b[0] or distinct_b[-1] < distinct_a[0]:
+    if a.keys[-1] < b.keys[0] or b.keys[-1] < a.keys[0]:
         return False
-    at = np.minimum(np.searchsorted(distinct_b, distinct_a), distinct_b.size - 1)
-    common = distinct_a[distinct_b[at] == distinct_a]  # both sorted and distinct
-    if common.size == 0:
+    at = np.minimum(np.searchsorted(b.keys, a.keys), b.size - 1)
+    shared = b.keys[at] == a.keys  # both sorted and distinct
+    if not shared.any():
         return False
     if not same_thread_ordered:
         return True
-    lo_a, hi_a = _thread_span(keys_a, threads_a, common)
-    lo_b, hi_b = _thread_span(keys_b, threads_b, common)
+    lo_a, hi_a = a.lo[shared], a.hi[shared]
+    lo_b, hi_b = b.lo[at[shared]], b.hi[at[shared]]
     # one thread on both sides at every shared address: program order, no race
     return bool(np.any((lo_a != hi_a) | (lo_b != hi_b) | (lo_a != lo_b)))
-
-
-def _thread_span(
-    keys: np.ndarray, threads: np.ndarray, common: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    mask = np.isin(keys, common)
-    k, t = keys[mask], threads[mask]
-    order = np.lexsort((t, k))
-    k, t = k[order], t[order]
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    ends = np.r_[starts[1:], len(k)] - 1
-    return t[starts], t[ends]
 
 
 def enumerate_no_overlap(
@@ -546,7 +551,7 @@ def _enumerated(
             for fa, fb in contexts:
                 points_a = side_a.points(fa, ties_a, sample)
                 points_b = side_b.points(fb, ties_b, sample)
-                total += points_a[0].size + points_b[0].size
+                total += points_a.size + points_b.size
                 if total > MAX_POINTS:
                     return None
                 sides_a.append(points_a)

@@ -58,6 +58,7 @@ from tilewave.ir.walker import TIRVisitor, post_order_visit, substitute
 
 __all__ = [
     "ANY",
+    "ANY_MEMORY",
     "FAR",
     "AccessKind",
     "AccessScope",
@@ -228,6 +229,10 @@ class AccessScope:
         return substitute(expr, self.resolved_values)
 
 
+#: :attr:`SharedAccess.memory_key` of an access whose storage is unknown (any shared memory)
+ANY_MEMORY = ("any",)
+
+
 @dataclass(eq=False)
 class SharedAccess:
     """One access to a shared buffer made by one leaf statement.
@@ -334,6 +339,20 @@ class SharedAccess:
             if analysable(resolved):
                 out.append(resolved if holds else tirx.Not(resolved))
         return tuple(out)
+
+    @functools.cached_property
+    def memory_key(self) -> tuple[Any, ...]:
+        """Which memory the access touches, coarsely: two accesses whose keys differ (and
+        neither is :data:`ANY_MEMORY`) never overlap, since their storages are apart
+        (:func:`tilewave.analysis.storage_identity.storage_relation` is ``DISTINCT``)."""
+        storage = self.storage
+        if storage is None:
+            return ("buffer", hash(self.buffer))
+        if storage.root is None:
+            return ANY_MEMORY
+        if storage.pool is not None:
+            return ("pool", storage.pool)
+        return ("root", hash(storage.root))
 
     @property
     def buffer_name(self) -> str:
@@ -865,12 +884,13 @@ def _thread_part(
     if lin is None:
         return None
     coeffs, const = lin
-    thread_terms = {v: c for v, c in coeffs.items() if any(v.same_as(t) for t in thread_extents)}
+    threads = {hash(t) for t in thread_extents}
+    thread_terms = {v: c for v, c in coeffs.items() if hash(v) in threads}
     if not thread_terms:
         return None
     rest_lo = rest_hi = const
     for var, c in coeffs.items():
-        if var in thread_terms:
+        if hash(var) in threads:
             continue
         rng = _bounds(var, ranges)
         if rng is None:
@@ -897,9 +917,10 @@ def _extent_of(var: Any, thread_extents: Mapping[Any, int]) -> int:
 
 
 def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
-    if len(a) != len(b):
-        return False
-    return all(any(k.same_as(kb) and c == cb for kb, cb in b.items()) for k, c in a.items())
+    # TIR variables hash by node handle; `==` on them would build an `EQ` expression
+    return len(a) == len(b) and {hash(k): c for k, c in a.items()} == {
+        hash(k): c for k, c in b.items()
+    }
 
 
 _PROOF_CACHE: weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]] = weakref.WeakKeyDictionary()
@@ -1053,10 +1074,10 @@ def _needs_proof(
     wide_threads = [v for v, ext in thread_extents.items() if ext != 1]
     if not wide_threads:
         return False  # a single thread: nobody else to race with
-    covered: list[Any] = []
+    covered: set[int] = set()
     for ta, tb in zip(info_a.thread_parts, info_b.thread_parts, strict=True):
         if ta is not None and tb is not None and _same_terms(ta[0], tb[0]):
             lo, hi = min(ta[1][0], tb[1][0]), max(ta[1][1], tb[1][1])
             if hi - lo < min(abs(c) for c in ta[0].values()):
-                covered.extend(ta[0])
-    return not all(any(v.same_as(c) for c in covered) for v in wide_threads)
+                covered.update(hash(v) for v in ta[0])
+    return not all(hash(v) in covered for v in wide_threads)

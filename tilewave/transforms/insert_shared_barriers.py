@@ -57,6 +57,7 @@ from tilewave.analysis.named_barrier_order import (
 )
 from tilewave.analysis.shared_access import (
     ANY,
+    ANY_MEMORY,
     FAR,
     AccessScope,
     LoopRange,
@@ -388,12 +389,12 @@ class _Placer:
     def conflicts(self, access: SharedAccess, state: Iterable[_Instance]) -> list[_Instance]:
         """The pending instances ``access`` may race with."""
         writes = access.kind.writes
-        memory = _memory_key(access)
+        memory = access.memory_key
         return [
             inst
             for inst in state
             if (writes or inst.access.kind.writes)
-            and _may_share(memory, _memory_key(inst.access))
+            and _may_share(memory, inst.access.memory_key)
             and may_conflict(
                 inst.access,
                 access,
@@ -1083,26 +1084,9 @@ class _Placer:
         return tirx.SeqStmt(out)
 
 
-#: the memory key of an access whose storage is unknown: it may touch any shared memory
-_ANY_MEMORY = ("any",)
-
-
-def _memory_key(access: SharedAccess) -> tuple[Any, ...]:
-    """Which memory ``access`` touches, coarsely: accesses with different keys never
-    overlap (:func:`tilewave.analysis.storage_identity.storage_relation` is ``DISTINCT``
-    for them), so the conflict scan skips them without asking ``may_conflict``."""
-    storage = access.storage
-    if storage is None:
-        return ("buffer", hash(access.buffer))
-    if storage.root is None:
-        return _ANY_MEMORY
-    if storage.pool is not None:
-        return ("pool", storage.pool)
-    return ("root", hash(storage.root))
-
-
 def _may_share(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return a == b or a is _ANY_MEMORY or b is _ANY_MEMORY
+    """Whether two :attr:`SharedAccess.memory_key` values may name the same memory."""
+    return a == b or a is ANY_MEMORY or b is ANY_MEMORY
 
 
 def _unit_wait(domain: str, count: int) -> Any:
