@@ -94,11 +94,23 @@ class Uniformity(enum.IntEnum):
 
 @dataclass
 class _Query:
-    """One classification: the analyzer holding the premises, and results so far."""
+    """One classification: the premises, the uniform locals, and results so far."""
 
-    analyzer: Analyzer
+    premises: list[Any]
     local_uniform: dict[int, Any]
+    stack: contextlib.ExitStack
     memo: dict[int, tuple[Any, Uniformity]] = field(default_factory=dict)
+    _analyzer: Analyzer | None = None
+
+    @property
+    def analyzer(self) -> Analyzer:
+        """An analyzer holding the premises (made when a proof first needs it)."""
+        if self._analyzer is None:
+            self._analyzer = Analyzer()
+            for premise in self.premises:
+                if str(premise.ty) == "bool":
+                    self.stack.enter_context(self._analyzer.constraint_scope(premise))
+        return self._analyzer
 
 
 def _key(node: Any) -> int:
@@ -251,12 +263,8 @@ class UniformityAnalysis:
         return self._classify(expr, [], {_key(b): b for b in uniform}) is not Uniformity.BLOCK
 
     def _classify(self, expr: Any, premises: list[Any], locals_: dict[int, Any]) -> Uniformity:
-        analyzer = Analyzer()
         with contextlib.ExitStack() as stack:
-            for premise in premises:
-                if str(premise.ty) == "bool":
-                    stack.enter_context(analyzer.constraint_scope(premise))
-            return self._level(expr, _Query(analyzer, locals_))
+            return self._level(expr, _Query(premises, locals_, stack))
 
     # -- the classification ----------------------------------------------------------------
     def _level(self, expr: Any, query: _Query) -> Uniformity:
