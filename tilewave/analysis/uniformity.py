@@ -200,7 +200,9 @@ class UniformityAnalysis:
             return
         if isinstance(stmt, tirx.For):
             if stmt.kind != tirx.ForKind.THREAD_BINDING:
-                self._definitions[_key(stmt.loop_var)] = (stmt.loop_var, stmt.min)
+                # iteration i's value: min + i * step, the same in every thread when both are
+                start = stmt.min if stmt.step is None else tirx.Add(stmt.min, stmt.step)
+                self._definitions[_key(stmt.loop_var)] = (stmt.loop_var, start)
                 self._remember((stmt.min, stmt.extent), premises)
             self._record(stmt.body, premises)
             return
