@@ -14,11 +14,14 @@ import re
 import pytest
 import tvm
 from example_loader import REPO_ROOT, load_module
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tvm.script import tirx as T
 
 import tilewave
 from tilewave.analysis.shared_hazards import find_shared_hazards
 from tilewave.errors import UnfixableHazardError
+from tilewave.ir.walker import rebuild
 from tilewave.transforms.hazard_invariant import refuse_unfixable
 from tilewave.transforms.insert_shared_barriers import (
     DivergentBarrierError,
@@ -313,3 +316,65 @@ def test_lowered_kernel_keeps_the_uniform_barrier_and_runs_clean(name):
         mod, "sm_90a", args=dict(case.scalars), blocks=case.blocks, func_name=device.name_hint
     )
     assert report.ok, report.format()
+
+
+# --- generated conditions: the pass either refuses or its output runs clean ----------------
+PROPERTY = load_module(
+    REPO_ROOT / "tests" / "analysis" / "test_uniformity_property.py", "uniformity_property"
+)
+
+
+@T.prim_func
+def guarded_template(
+    A: T.Buffer((SIZE,), "float32"), B: T.Buffer((SIZE,), "float32"), n: T.int32, m: T.int32
+):
+    assert n % 64 == 0, "replaced by the example's premise"
+    for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
+        for ty in T.thread_binding(1, thread="threadIdx.y"):
+            for tx in T.thread_binding(64, thread="threadIdx.x"):
+                S = T.alloc_buffer((64,), "float32", scope="shared")
+                if bx + ty + tx + n + m > 0:  # replaced by the example's condition
+                    S[tx] = A[bx * 64 + tx]
+                    B[bx * 64 + tx] = S[63 - tx]
+
+
+def _guarded(tree, premise):
+    assert_stmt, blocks = guarded_template.body.seq
+    ty_loop = blocks.body
+    tx_loop = ty_loop.body
+    alloc, if_stmt = tx_loop.body.seq
+    env = {"bx": blocks.loop_var, "ty": ty_loop.loop_var, "tx": tx_loop.loop_var,
+           "n": guarded_template.params[2], "m": guarded_template.params[3]}
+    if_stmt = rebuild(if_stmt, {"condition": PROPERTY.to_tir(tree, env)})
+    n = env["n"]
+    cond = (
+        tvm.tirx.EQ(tvm.tirx.FloorMod(n, premise), 0) if premise else tvm.tirx.const(True, "bool")
+    )
+    tx_loop = rebuild(tx_loop, {"body": tvm.tirx.SeqStmt([alloc, if_stmt])})
+    body = tvm.tirx.SeqStmt([
+        rebuild(assert_stmt, {"condition": cond}),
+        rebuild(blocks, {"body": rebuild(ty_loop, {"body": tx_loop})}),
+    ])
+    return guarded_template.with_body(body)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tree=PROPERTY.CONDITIONS,
+    premise=st.sampled_from([0, 32, 64, 128]),
+    seed=st.integers(0, 2**16),
+)
+def test_generated_guards_are_refused_or_synchronised_race_and_deadlock_free(
+    tree, premise, seed
+):
+    func = _guarded(tree, premise)
+    try:
+        after = insert_shared_barriers(func, "sm_90a")
+    except DivergentBarrierError as err:
+        assert "thread-divergent control flow" in str(err)
+        return
+    assert find_shared_hazards(after, "sm_90a") == []
+    for point in PROPERTY.samples(premise, seed)[:2]:
+        args = {"n": point["n"], "m": point["m"]}
+        report = tilewave.racecheck(after, "sm_90a", args=args, blocks=BLOCKS)
+        assert report.ok, (tree, args, report.format())
