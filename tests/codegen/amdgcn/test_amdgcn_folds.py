@@ -74,3 +74,39 @@ def test_quotient_and_remainder_of_one_index_share_the_multiply_high():
 @pytest.mark.parametrize("target", ["gfx942", "gfx950"])
 def test_folded_forms_assemble(target):
     link_or_skip(compiled(affine, target).asm, target)
+
+
+def test_a_local_set_to_a_constant_feeds_the_constant_to_straight_line_reads():
+    # acc[0] = 0; acc[0] += A[tx, k] (k unrolled): the first add reads the inline 0, no move
+    lines = body(compiled(kernels.row_sum).asm)
+    adds = [ln for ln in lines if ln.startswith("v_add_f32")]
+    assert len(adds) == 32 and re.fullmatch(r"v_add_f32 v\d+, 0, v\d+", adds[0]), adds[:2]
+    assert not any(re.fullmatch(r"v_mov_b32 v\d+, 0", ln) for ln in lines)
+
+
+@T.prim_func
+def constant_then_control_flow(A: T.Buffer((64, 40), "float32"), B: T.Buffer((64,), "float32"),
+                               C: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        acc = T.alloc_buffer((2,), "float32", scope="local")
+        acc[0] = T.float32(1)
+        for k in range(40):  # rolled (40 steps, not a multiple of 4): acc[0] must be 1 first
+            acc[0] = acc[0] + A[tx, k]
+        acc[1] = T.float32(-2)
+        if tx < 20:  # divergent: lanes 20..63 must see -2, lanes 0..19 the value set here
+            acc[1] = T.float32(3)
+        B[tx] = acc[0]
+        C[tx] = acc[1]
+
+
+def test_a_constant_local_is_in_its_register_before_a_loop_and_across_a_branch():
+    c = compiled(constant_then_control_flow)
+    assert "s_cbranch_scc1" in c.asm  # the k loop stayed a loop
+    a = np.random.default_rng(8).standard_normal((64, 40)).astype(np.float32)
+    b, cc = np.zeros(64, np.float32), np.zeros(64, np.float32)
+    simulate(c.asm, [a, b, cc], (1, 1, 1), (64, 1, 1))
+    expected = np.float32(1)
+    for k in range(40):
+        expected = (expected + a[:, k]).astype(np.float32)
+    np.testing.assert_array_equal(b, expected)
+    np.testing.assert_array_equal(cc, np.where(np.arange(64) < 20, 3, -2).astype(np.float32))

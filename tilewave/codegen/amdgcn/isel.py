@@ -356,6 +356,10 @@ class _Selector(OpSelection, GlobalMemory):
         self.late_prologue: list[tuple[Instr, Instr]] = []
         self.windows: dict[tuple[int, int], VReg] = {}  # (buffer, 4 KiB window) -> base pair
         self.mubuf = buffers_needing_srd(func.body, _select_parts, _address_of)
+        # local elements last set to a constant not yet moved into their register: straight-
+        # line reads use the constant (`acc = 0; acc += x` is one add of 0 and x); control
+        # flow (a rolled loop, a branch) moves it into the register first
+        self.constant_locals: dict[Operand, Value] = {}
 
     # -- emission helpers -------------------------------------------------------------
     def emit(
@@ -738,6 +742,7 @@ class _Selector(OpSelection, GlobalMemory):
 
     def rolled_loop(self, node: tirx.For) -> None:
         """A serial loop as a loop: an SGPR counter, the body once, a backward branch."""
+        self.settle_constant_locals()
         lo, ext = _const(node.min), _const(node.extent)
         if lo is not None and ext is not None:
             self.bits.bind(node.loop_var, lo, lo + ext - 1)
@@ -763,13 +768,21 @@ class _Selector(OpSelection, GlobalMemory):
         self.forget_written(node.body)  # a later iteration sees the body's own stores
         with self.loops.loop(node.loop_var, self.values.depth) as frame, self.values.scope():
             self.stmt_(node.body)
+            self.settle_constant_locals()  # the next iteration reads the registers
         self.emit("s_add_u32", [counter], [counter, Imm.of_int(1)])
         self.emit("s_cmp_lt_i32", [], [counter, end])
         self.emit("s_cbranch_scc1", target=head)
         self.prog.body.append(Label(done))
         self.prog.body[preheader_at:preheader_at] = frame.preheader
 
+    def settle_constant_locals(self) -> None:
+        """Move the constants local elements hold into their registers (before control flow)."""
+        for slot, value in self.constant_locals.items():
+            self.copy(slot, value)
+        self.constant_locals.clear()
+
     def s_IfThenElse(self, node: tirx.IfThenElse) -> None:
+        self.settle_constant_locals()
         cond = node.condition
         if isinstance(cond, tuple(_CMP)) and self.expr_is_uniform(cond):
             else_l, end_l = self.label("else"), self.label("endif")
@@ -851,6 +864,7 @@ class _Selector(OpSelection, GlobalMemory):
         """Select one side of an ``if``: values computed there are not reused after it."""
         with self.values.scope():
             self.stmt_(stmt)
+            self.settle_constant_locals()  # before the join
 
     def s_Evaluate(self, node: tirx.Evaluate) -> None:
         self.evaluate(node)
@@ -1609,7 +1623,7 @@ class _Selector(OpSelection, GlobalMemory):
         if buf.scope == "local":
             slot = self.local_slot(buf, indices)
             assert slot is not None
-            return Value(slot, buf.dtype)
+            return self.constant_locals.get(slot, Value(slot, buf.dtype))
         out = VReg("v", 2, 2) if buf.elem_bytes == 8 else self.vreg("v")
         self.memory_op(buf, var, self.flat_index(buf, indices), out, buf.elem_bytes, store=False)
         return Value(out, buf.dtype)
@@ -1623,6 +1637,11 @@ class _Selector(OpSelection, GlobalMemory):
         if buf.scope == "local":
             slot = self.local_slot(buf, indices)
             assert slot is not None
+            if (isinstance(value.op, Imm) and buf.dtype in ("float32", "int32")
+                    and var not in self.vector_locals):  # MFMA reads those registers directly
+                self.constant_locals[slot] = value
+                return
+            self.constant_locals.pop(slot, None)
             if value.op is not slot:
                 self.copy(slot, value)
             return
