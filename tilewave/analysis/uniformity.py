@@ -182,7 +182,7 @@ class UniformityAnalysis:
             for child in stmt.seq:
                 self._record(child, premises)
                 premise = _premise_of(child)
-                if premise is not None and not self._mentions_thread(premise):
+                if premise is not None and self._usable_premise(premise):
                     premises = (*premises, premise)
             return
         if isinstance(stmt, tirx.Bind):
@@ -217,16 +217,20 @@ class UniformityAnalysis:
             premises = tuple(p for p in premises if any(p.same_as(q) for q in before))
         self._premises[key] = (where, premises)
 
-    def _mentions_thread(self, expr: Any) -> bool:
-        found = False
+    def _usable_premise(self, expr: Any) -> bool:
+        """A fact that stays true where it holds: no thread index (it would narrow the
+        threads enumerated), no memory read or call (memory may change after the check)."""
+        usable = True
 
         def check(node: Any) -> None:
-            nonlocal found
-            if isinstance(node, ir.expr.Var) and _key(node) in self._thread_vars:
-                found = True
+            nonlocal usable
+            if isinstance(node, ir.expr.Var):
+                usable = usable and _key(node) not in self._thread_vars
+            elif type(node).__name__ == "TensorLoad" or isinstance(node, ir.expr.Call):
+                usable = False
 
-        post_order_visit(expr, check, (ir.expr.Var,))
-        return found
+        post_order_visit(expr, check, (ir.expr.Var, ir.expr.TensorLoad, ir.expr.Call))
+        return usable
 
     # -- queries ---------------------------------------------------------------------------
     def is_block_uniform(self, expr: Any, scope: AccessScope | None = None) -> bool:
@@ -246,7 +250,7 @@ class UniformityAnalysis:
         premises = list(self._premises_at(expr))
         if scope is not None:
             for cond, holds in scope.conditions:
-                if not self._mentions_thread(cond):
+                if self._usable_premise(cond):
                     premises.append(cond if holds else tirx.Not(cond))
             premises = [scope.resolve(p) for p in premises]
             expr = scope.resolve(expr)
