@@ -242,3 +242,19 @@ def test_views_of_parameters_share_their_parameters_fate():
     read_only = {b.name for b in unwritten_global_buffers(flattened_views).values()}
     assert read_only == {"C", "C_1"}  # A is written through its view A_1
     assert levels(flattened_views) == [BLOCK]
+
+
+@T.prim_func
+def nested_loads(A: T.Buffer((256,), "float32"), C: T.Buffer((64,), "int32")):
+    for bx in T.thread_binding(4, thread="blockIdx.x"):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            S = T.alloc_buffer((64,), "int32", scope="shared")
+            if S[C[tx] % 64] > 0:  # a shared word picked per thread
+                A[tx] = 0.0
+            if S[C[bx] % 64] > 0:  # one word for the block
+                A[tx] = 0.0
+
+
+def test_a_load_indexed_by_a_per_thread_load_is_per_thread():
+    assert levels(nested_loads) == [THREAD, BLOCK]
+

@@ -34,9 +34,10 @@ def proved(func):
         (LEVELS.view_write, [0]),
         (LEVELS.address_taken, [0]),
         (LEVELS.odd_block, [1, 0]),
+        (LEVELS.nested_loads, [0, 1]),
     ],
     ids=["forms", "premises", "scoped_premises", "locals_and_loops", "view_write",
-         "address_taken", "odd_block"],
+         "address_taken", "odd_block", "nested_loads"],
 )
 def test_the_proof_on_each_form(func, expected):
     assert proved(func) == [bool(e) for e in expected]

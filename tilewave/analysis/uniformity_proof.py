@@ -72,8 +72,10 @@ class _Loads(TIRMutator):
         indices = [self.visit(i) for i in load.indices]
         ty = load.ty
         mine = tirx.Var("load_a", ty)
+        # thread b's index: its thread indices and the values it loaded itself
+        theirs_of = {**self.rename, **{a: b for a, b in self.first if a is not b}}
         same = self.proof.holds_one_value(load.source, self.locals) and all(
-            _proved(self.an, tirx.EQ(i, substitute(i, self.rename))) for i in indices
+            _proved(self.an, tirx.EQ(i, substitute(i, theirs_of))) for i in indices
         )
         theirs = mine if same else tirx.Var("load_b", ty)
         self.first.append((mine, theirs))
