@@ -1,7 +1,8 @@
-"""Store merging (merge_stores.py): runs of dword global stores as one dwordx2/x4 store.
+"""Access merging (merge_access.py): runs of dword global stores as one dwordx2/x4 store,
+runs of dword global loads as one dwordx2/x3/x4 load.
 
 Stage tests on hand-built kernel IR (what merges, what must not), then whole kernels: the
-selected program has the dword stores, the final assembly the wide ones, the simulator's
+selected program has the dword accesses, the final assembly the wide ones, the simulator's
 result matches NumPy and LLVM's tools assemble it."""
 
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 from tilewave.codegen import amdgcn
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, Program, Sub, VReg
-from tilewave.codegen.amdgcn.merge_stores import merge_stores
+from tilewave.codegen.amdgcn.merge_access import merge_loads, merge_stores
 
 sys.path.insert(0, str(Path(__file__).parent))
 import kernels
@@ -122,3 +123,58 @@ def test_merged_stores_assemble(target):
     asm = _compile(kernels.sgemm_regtile, target).asm
     assert "global_store_dwordx4" in asm
     link_or_skip(asm, target)
+
+
+def _halo_loads(offsets, between=()):
+    """Loads of one buffer at ``offsets`` (program order), ``between`` after the first."""
+    addr, saddr = VReg("v"), VReg("s", 2, 2)
+    dsts = [VReg("v") for _ in offsets]
+    loads = [Instr("global_load_dword", [d], [addr, saddr], f"offset:{o}" if o else "")
+             for d, o in zip(dsts, offsets, strict=True)]
+    code = [Instr("v_mov_b32", [addr], [Imm.of_int(0)]), loads[0], *between, *loads[1:],
+            Instr("s_endpgm", [], dsts)]
+    return addr, saddr, dsts, code
+
+
+def test_loads_at_consecutive_offsets_in_any_order_become_one_wide_load_at_the_first():
+    _, _, _, code = _halo_loads([0, 4, -4])
+    after = merge_loads(Program("k", code))
+    assert ops(after) == ["v_mov_b32", "global_load_dwordx3", "s_endpgm"]
+    load = after.body[1]
+    data = load.defs[0]
+    assert load.mods == "offset:-4" and isinstance(data, Sub) and data.width == 3
+    # -4, 0, 4 are elements 0, 1, 2: the reader of dsts sees them renamed
+    assert after.body[2].uses == [Sub(data.reg, 1), Sub(data.reg, 2), Sub(data.reg, 0)]
+
+
+@pytest.mark.parametrize("why", ["store_same_base", "dst_read_between", "address_rewritten"])
+def test_what_loads_are_not_merged(why):
+    addr, saddr, dsts, code = _halo_loads([0, 4])
+    between = {
+        "store_same_base": [Instr("global_store_dword", [], [addr, VReg("v"), saddr])],
+        "dst_read_between": [Instr("v_mov_b32", [VReg("v")], [dsts[1]])],
+        "address_rewritten": [Instr("v_mov_b32", [addr], [Imm.of_int(8)])],
+    }[why]
+    code[2:2] = between
+    assert "global_load_dwordx2" not in ops(merge_loads(Program("k", code)))
+
+
+@pytest.mark.parametrize(("name", "wide"), [("stencil_1d", "global_load_dwordx3"),
+                                             ("laplacian_2d", "global_load_dwordx3")])
+def test_halo_loads_are_one_wide_load_and_match_numpy(name, wide):
+    c = _compile(getattr(kernels, name))
+    assert ops(c.selected).count("global_load_dword") >= 3
+    assert ops(c.final).count(wide) == 1
+    args, grid, block, check = case(name)
+    simulate(c.asm, args, grid, block)
+    actual, expected, tol = check()
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+    link_or_skip(c.asm, "gfx942")
+
+
+def test_a_two_sided_bound_on_a_sum_is_one_add3_before_the_compare():
+    # 1 <= by*16 + ty < 31: (by*16 + ty - 1) <u 30 as v_add3_u32, no OR and subtract
+    lines = [ln.split(";")[0].strip() for ln in _compile(kernels.laplacian_2d).asm.splitlines()]
+    head = lines[:lines.index(next(ln for ln in lines if ln.startswith("s_and_saveexec")))]
+    assert sum(ln.startswith("v_add3_u32") for ln in head) == 2
+    assert not any(ln.startswith(("v_or_b32", "v_sub_u32")) for ln in head)

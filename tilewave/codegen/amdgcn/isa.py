@@ -114,8 +114,8 @@ _TABLE.update(
             "buffer_load_ushort",
             "buffer_load_ubyte",
             "buffer_load_sbyte",
-            *(f"global_load_{w}" for w in ("dword", "dwordx2", "dwordx4", "ushort", "ubyte",
-                                           "sbyte")),
+            *(f"global_load_{w}" for w in ("dword", "dwordx2", "dwordx3", "dwordx4", "ushort",
+                                           "ubyte", "sbyte")),
         )
     }
 )

@@ -1461,9 +1461,17 @@ class _Selector(OpSelection, GlobalMemory):
     def range_mask(self, x: object, lo: int, hi: int) -> VReg:
         """``lo <= x < hi`` as one unsigned compare: ``x - lo <u hi - lo`` (x below lo wraps
         to a large unsigned value)."""
-        value = self.expr(x)
-        if lo:
-            value = self.apply("sub", [value, Value(Imm.of_int(lo), "int32")], "int32")
+        terms, const = self.index_terms(x)
+        if lo and len(terms) == 2 and Imm.of_int(const - lo).is_inline:
+            # (a + b) - lo as two adds (never an OR of disjoint bits): the peephole makes
+            # them one v_add3_u32 (by * 16 + ty - 1: one instruction, not an OR and a sub)
+            a, b = (self.expr(t) for t in terms)
+            total = self.apply("add", [a, b], "int32")
+            value = self.apply("add", [total, Value(Imm.of_int(const - lo), "int32")], "int32")
+        else:
+            value = self.expr(x)
+            if lo:
+                value = self.apply("sub", [value, Value(Imm.of_int(lo), "int32")], "int32")
         width = Imm.of_int(hi - lo)
         bound = width if width.is_inline else self.constant(width.bits, "s")
         return self.cmp_mask("v_cmp_gt_u32_e64", bound, value.op)

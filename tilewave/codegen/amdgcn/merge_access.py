@@ -1,4 +1,5 @@
-"""Store merging: adjacent 4-byte global stores as one ``global_store_dwordx2/x4``.
+"""Access merging: adjacent 4-byte global stores as one ``global_store_dwordx2/x4``, and
+adjacent 4-byte global loads as one ``global_load_dwordx2/x3/x4``.
 
 An unrolled row written element by element (``for j in T.unroll(4): B[i, j] = ...``, a
 register tile's results) becomes one ``global_store_dword`` per element, all with the same
@@ -17,6 +18,14 @@ the position of the last one, when
   no other memory instruction uses the same base register (kernel arguments are distinct
   allocations, as TVM's own codegen assumes when it marks them ``noalias``; LDS is another
   address space).
+
+:func:`merge_loads` is the mirror for loads (a stencil's ``A[i - 1]``, ``A[i]``,
+``A[i + 1]``: offsets ``-4, 0, 4``, one ``dwordx3``): a run of two to four
+``global_load_dword`` with one ``vaddr``, one base and consecutive offsets becomes one wide
+load at the position of the first, its destinations renamed into an aligned range, when
+the later loads can move up to it: in between nothing writes their address registers,
+nothing reads or writes their destination registers, no store uses the same base, and no
+label, branch, EXEC write, barrier or explicit wait intervenes.
 """
 
 from __future__ import annotations
@@ -36,9 +45,10 @@ from tilewave.codegen.amdgcn.kir import (
     renamed,
 )
 
-__all__ = ["merge_stores"]
+__all__ = ["merge_loads", "merge_stores"]
 
 _WIDE = {4: "global_store_dwordx4", 2: "global_store_dwordx2"}
+_WIDE_LOAD = {2: "global_load_dwordx2", 3: "global_load_dwordx3", 4: "global_load_dwordx4"}
 LOOKAHEAD = 64
 
 
@@ -133,4 +143,61 @@ def merge_stores(program: Program) -> Program:
             break
     out = [renamed(ins, ranges)
            for k, ins in enumerate(body) if k not in removed]
+    return replace(program, body=out)
+
+
+def _load_run(body: list[Instr | Label], i: int) -> list[int]:
+    """Positions of up to four loads with consecutive offsets, the one at ``i`` (the first
+    in program order) among them, the others movable up to ``i``; ordered by offset."""
+    first = body[i]
+    assert isinstance(first, Instr)
+    vaddr, saddr = first.uses
+    address = reg_units(vaddr) | reg_units(saddr)
+    by_offset = {_offset(first): i}
+    for j in range(i + 1, min(len(body), i + 1 + LOOKAHEAD)):
+        ins = body[j]
+        if _blocks_motion(ins):
+            break
+        assert isinstance(ins, Instr)
+        if any(reg_units(d) & address for d in ins.defs):
+            break
+        if op_info(ins.opcode).is_store and any(op == saddr for op in ins.uses):
+            break  # the same buffer written in between
+        if (ins.opcode == "global_load_dword" and ins.uses[0] == vaddr and ins.uses[1] == saddr
+                and _offset(ins) not in by_offset):
+            dst = reg_units(ins.defs[0])
+            if not any(dst & reg_units(op) for b in body[i:j] if isinstance(b, Instr)
+                       for op in (*b.defs, *b.uses)):
+                by_offset[_offset(ins)] = j
+    lo = hi = _offset(first)
+    while lo - 4 in by_offset and hi - lo < 12:
+        lo -= 4
+    while hi + 4 in by_offset and hi - lo < 12:
+        hi += 4
+    return [by_offset[o] for o in range(lo, hi + 4, 4)]
+
+
+def merge_loads(program: Program) -> Program:
+    """``program`` with runs of adjacent dword global loads merged (see the module docs)."""
+    body = list(program.body)
+    ranges: dict[VReg, Sub] = {}
+    removed: set[int] = set()
+    for i, ins in enumerate(body):
+        if i in removed or not isinstance(ins, Instr) or ins.opcode != "global_load_dword":
+            continue
+        run = _load_run(body, i)
+        if len(run) < 2 or any(k in removed for k in run):
+            continue
+        dsts = [body[k].defs[0] for k in run]  # type: ignore[union-attr]
+        if not all(isinstance(d, VReg) and d not in ranges for d in dsts):
+            continue
+        data = _tuple(dsts, ranges)
+        if data is None:
+            continue
+        low = body[run[0]]
+        assert isinstance(low, Instr)
+        body[i] = Instr(_WIDE_LOAD[len(run)], [data], list(ins.uses), low.mods,
+                        comment=ins.comment)
+        removed.update(k for k in run if k != i)
+    out = [renamed(ins, ranges) for k, ins in enumerate(body) if k not in removed]
     return replace(program, body=out)
