@@ -1,12 +1,13 @@
 """Property test of the uniformity analysis against evaluation.
 
-Random integer/boolean expressions over ``blockIdx.x``, ``threadIdx.x``/``threadIdx.y`` and
-two kernel scalars ``n``, ``m`` are put in an ``if`` of a kernel (with a random block shape
-and, sometimes, a premise ``assert n % K == 0``). Whenever the analysis says BLOCK, the
-expression, evaluated here in Python for every thread of a block, has one value for every
-sampled ``(bx, n, m)`` that satisfies the premise; WARP: one value per 32 consecutive
-threads. The evaluator below is independent of tilewave (plain Python integers, floor
-division as TIR's ``floordiv``/``floormod``).
+Random integer/boolean expressions over ``blockIdx.x``, ``threadIdx.x``/``threadIdx.y``, two
+kernel scalars ``n``, ``m`` and loads ``C[e % 16]`` of a buffer the kernel never writes are
+put in an ``if`` of a kernel (with a random block shape and, sometimes, a premise
+``assert n % K == 0``). Whenever the analysis says BLOCK, the expression, evaluated here in
+Python for every thread of a block, has one value for every sampled ``(bx, n, m, C)`` that
+satisfies the premise; WARP: one value per 32 consecutive threads. The evaluator below is
+independent of tilewave (plain Python integers, floor division as TIR's
+``floordiv``/``floormod``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ WARP = 32
 
 
 @T.prim_func
-def template(A: T.Buffer((8,), "float32"), n: T.int32, m: T.int32):
+def template(A: T.Buffer((8,), "float32"), C: T.Buffer((16,), "int32"), n: T.int32, m: T.int32):
     assert n % 64 == 0, "replaced by the example's premise"
     for bx in T.thread_binding(8, thread="blockIdx.x"):
         for ty in T.thread_binding(1, thread="threadIdx.y"):
@@ -35,7 +36,7 @@ def template(A: T.Buffer((8,), "float32"), n: T.int32, m: T.int32):
 
 
 # -- expressions as Python trees: ("bx",), ("c", 5), ("+", a, b), ("*", a, 3), ("//", a, 4),
-#    ("%", a, 4), ("<", a, b), ..., ("and", p, q), ("or", p, q), ("not", p)
+#    ("%", a, 4), ("C", a) (C[a % 16]), ("<", a, b), ..., ("and", p, q), ("or", p, q), ("not", p)
 LEAVES = st.sampled_from([("bx",), ("tx",), ("ty",), ("n",), ("m",)]) | st.builds(
     lambda c: ("c", c), st.integers(-70, 70)
 )
@@ -47,6 +48,7 @@ def _int_expr(children):
         st.tuples(st.just("*"), children, st.integers(-3, 3)),
         st.tuples(st.sampled_from(["//", "%"]), children, st.sampled_from([1, 2, 4, 8, 16, 32,
                                                                            48, 64, 128])),
+        st.tuples(st.just("C"), children),
     )
 
 
@@ -74,12 +76,15 @@ _PY = {
 
 def to_tir(tree, env):
     op = tree[0]
-    if op in env:
+    if len(tree) == 1:  # bx, tx, ty, n, m
         return env[op]
     if op == "c":
         return tirx.IntImm("int32", tree[1])
     if op == "not":
         return tirx.Not(to_tir(tree[1], env))
+    if op == "C":
+        index = tirx.FloorMod(to_tir(tree[1], env), tirx.IntImm("int32", 16))
+        return tirx.BufferLoad(env["C"], [index])
     if op == "*":
         return tirx.Mul(to_tir(tree[1], env), tirx.IntImm("int32", tree[2]))
     if op == "//":
@@ -91,12 +96,14 @@ def to_tir(tree, env):
 
 def evaluate(tree, values):
     op = tree[0]
-    if op in values:
+    if len(tree) == 1:
         return values[op]
     if op == "c":
         return tree[1]
     if op == "not":
         return not evaluate(tree[1], values)
+    if op == "C":
+        return values["C"][evaluate(tree[1], values) % 16]
     if op == "*":
         return evaluate(tree[1], values) * tree[2]
     if op == "//":
@@ -113,11 +120,11 @@ def kernel(tree, premise, tx_extent, ty_extent):
     tx_loop = ty_loop.body
     if_stmt = tx_loop.body
     env = {"bx": blocks.loop_var, "ty": ty_loop.loop_var, "tx": tx_loop.loop_var,
-           "n": template.params[1], "m": template.params[2]}
+           "C": template.params[1], "n": template.params[2], "m": template.params[3]}
     if_stmt = rebuild(if_stmt, {"condition": to_tir(tree, env)})
     tx_loop = rebuild(tx_loop, {"body": if_stmt, "extent": tirx.IntImm("int32", tx_extent)})
     ty_loop = rebuild(ty_loop, {"body": tx_loop, "extent": tirx.IntImm("int32", ty_extent)})
-    n = template.params[1]
+    n = env["n"]
     cond = (
         tirx.EQ(tirx.FloorMod(n, tirx.IntImm("int32", premise)), tirx.IntImm("int32", 0))
         if premise else tirx.const(True, "bool")
@@ -132,7 +139,8 @@ def samples(premise, seed):
     out = []
     for _ in range(40):
         n = rng.randint(-6, 8) * premise if premise else rng.randint(-200, 400)
-        out.append({"bx": rng.randint(0, 7), "n": n, "m": rng.randint(-200, 400)})
+        contents = [rng.randint(-3, 3) for _ in range(16)]
+        out.append({"bx": rng.randint(0, 7), "n": n, "m": rng.randint(-200, 400), "C": contents})
     return out
 
 

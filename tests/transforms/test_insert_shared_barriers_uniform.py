@@ -11,6 +11,7 @@ kernel and the statement.
 
 import re
 
+import numpy as np
 import pytest
 import tvm
 from example_loader import REPO_ROOT, load_module
@@ -326,7 +327,11 @@ PROPERTY = load_module(
 
 @T.prim_func
 def guarded_template(
-    A: T.Buffer((SIZE,), "float32"), B: T.Buffer((SIZE,), "float32"), n: T.int32, m: T.int32
+    A: T.Buffer((SIZE,), "float32"),
+    B: T.Buffer((SIZE,), "float32"),
+    C: T.Buffer((16,), "int32"),
+    n: T.int32,
+    m: T.int32,
 ):
     assert n % 64 == 0, "replaced by the example's premise"
     for bx in T.thread_binding(BLOCKS, thread="blockIdx.x"):
@@ -343,8 +348,9 @@ def _guarded(tree, premise):
     ty_loop = blocks.body
     tx_loop = ty_loop.body
     alloc, if_stmt = tx_loop.body.seq
+    params = guarded_template.params
     env = {"bx": blocks.loop_var, "ty": ty_loop.loop_var, "tx": tx_loop.loop_var,
-           "n": guarded_template.params[2], "m": guarded_template.params[3]}
+           "C": params[2], "n": params[3], "m": params[4]}
     if_stmt = rebuild(if_stmt, {"condition": PROPERTY.to_tir(tree, env)})
     n = env["n"]
     cond = (
@@ -375,6 +381,6 @@ def test_generated_guards_are_refused_or_synchronised_race_and_deadlock_free(
         return
     assert find_shared_hazards(after, "sm_90a") == []
     for point in PROPERTY.samples(premise, seed)[:2]:
-        args = {"n": point["n"], "m": point["m"]}
+        args = {"n": point["n"], "m": point["m"], "C": np.array(point["C"], "int32")}
         report = tilewave.racecheck(after, "sm_90a", args=args, blocks=BLOCKS)
         assert report.ok, (tree, args, report.format())
