@@ -351,6 +351,8 @@ class _Placer:
         self._arrive_ids = arrive_barrier_ids(func)
         #: results of serial loops already visited with the same entry state
         self._loop_memo: dict[Any, tuple[list[Any], _State]] = {}
+        #: ``may_conflict`` verdicts of (pending instance, new access) pairs
+        self._verdicts: dict[tuple[_Instance, SharedAccess], bool] = {}
 
     # -- facts ---------------------------------------------------------------------------
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
@@ -395,7 +397,16 @@ class _Placer:
             for inst in state
             if (writes or inst.access.kind.writes)
             and _may_share(memory, inst.access.memory_key)
-            and may_conflict(
+            and self._conflict(inst, access)
+        ]
+
+    def _conflict(self, inst: _Instance, access: SharedAccess) -> bool:
+        """``may_conflict`` of a pending instance and a new access, remembered: fixed-point
+        rounds and look-aheads ask the same pairs again."""
+        key = (inst, access)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = may_conflict(
                 inst.access,
                 access,
                 self.thread_extents,
@@ -403,7 +414,8 @@ class _Placer:
                 inst.position_map() if inst.positions else None,
                 dict(inst.finished) if inst.finished else None,
             )
-        ]
+            self._verdicts[key] = verdict
+        return verdict
 
     def _scope_inside(self, loop: Any, scope: AccessScope) -> AccessScope:
         if loop.kind == tirx.ForKind.THREAD_BINDING:
