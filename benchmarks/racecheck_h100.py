@@ -18,8 +18,9 @@ Two steps, because the GPU machine has no TVM:
 * ``--run DIR`` (on the H100): compile with nvcc for sm_90a, launch each variant under
   ``compute-sanitizer --tool racecheck`` (cupy), save its outputs, compare them with the
   reference (uniform kernels: tilewave's outputs against the hand kernel's), and print one
-  table row per variant: ``__syncthreads`` in the source, the hazards racecheck shows (at most
-  100) and its error count, and the result.
+  table row per variant: ``__syncthreads`` in the source (and executed by one thread, loops
+  with constant bounds counted, every branch taken; ``?`` for other loops), the hazards
+  racecheck shows (at most 100) and its error count, and the result.
 
 Exit status 1 when a tilewave variant has a racecheck error or a wrong result. Without
 nvcc or compute-sanitizer, ``--run`` prints why and exits 0.
@@ -48,6 +49,7 @@ AS_WRITTEN = ("tilewave.InsertSharedBarriers", "tilewave.InjectFenceProxy")
 SANITIZER_TIMEOUT_S = 120
 _SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warn")
 _SIGNATURE = re.compile(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(([^)]*)\)")
+_FOR = re.compile(r"for \(int \w+ = (-?\d+); \w+ < (-?\d+); \+\+\w+\) \{")
 _C_TYPES = {"float": "float32", "half": "float16", "int": "int32", "double": "float64",
             "signed char": "int8", "unsigned char": "uint8", "uint": "uint32"}
 
@@ -110,6 +112,30 @@ def _signature(source: str) -> tuple[str, list[tuple[str, str]]]:
         ctype = _C_TYPES.get(ctype, ctype)
         params.append((name, f"ptr:{ctype}" if "*" in text else ctype))
     return match.group(1), params
+
+
+def executed_barriers(source: str) -> int | None:
+    """``__syncthreads()`` one thread executes, counting loops with constant bounds (every
+    branch taken: an upper bound); ``None`` when a barrier sits in another kind of loop."""
+    total = 0
+    factors = [1]
+    loop_factor: int | None = None  # the factor of a loop whose body's brace comes next
+    for match in re.finditer(r"\{|\}|__syncthreads\(\)|\b(?:for|while)\b", source):
+        token = match.group(0)
+        if token in ("for", "while"):
+            loop = _FOR.match(source, match.start())
+            trips = None if loop is None else int(loop.group(2)) - int(loop.group(1))
+            loop_factor = -1 if trips is None or factors[-1] < 0 else factors[-1] * trips
+        elif token == "{":
+            factors.append(factors[-1] if loop_factor is None else loop_factor)
+            loop_factor = None
+        elif token == "}":
+            factors.pop()
+        elif factors[-1] < 0:
+            return None
+        else:
+            total += factors[-1]
+    return total
 
 
 def _arguments(func: Any, scalars: dict[str, int], seed: int) -> dict[str, Any]:
@@ -212,7 +238,8 @@ def emit(out_dir: Path) -> list[dict[str, Any]]:
         (out_dir / f"{slug}.cu").write_text(source)
         symbol, params = _signature(source)
         row.update({"symbol": symbol, "params": params,
-                    "syncthreads": source.count("__syncthreads()")})
+                    "syncthreads": source.count("__syncthreads()"),
+                    "executed": executed_barriers(source)})
         np.savez(out_dir / f"{slug}.inputs.npz", **{
             k: np.asarray(v) for k, v in job["args"].items()})
         check = dict(job["check"])
@@ -327,10 +354,14 @@ def print_table(in_dir: Path, rows: list[dict[str, Any]], compiled: dict[str, st
     """One row per variant; status 1 when a tilewave variant races or computes wrong."""
     status = 0
     # compute-sanitizer displays at most 100 hazards; "errors" counts every racing access
-    print("| kernel | variant | __syncthreads | hazards shown | racecheck errors | result |")
+    print("| kernel | variant | __syncthreads (executed) | hazards shown | racecheck errors "
+          "| result |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         head = f"| {row['kernel']} | {row['variant']} |"
+        if "syncthreads" in row:
+            executed = row.get("executed")
+            row["syncthreads"] = f"{row['syncthreads']} ({'?' if executed is None else executed})"
         if "error" in row:
             print(f"{head} - | build failed: {row['error'][:80]} | - | - |")
             status |= row["variant"] == "tilewave"
