@@ -58,7 +58,8 @@ class Kernel:
     directives: dict[str, int]
 
 
-_MOD_RE = re.compile(r"\b(offen|lds|offset:(-?\d+)|vmcnt\((\d+)\)|lgkmcnt\((\d+)\))")
+_MOD_RE = re.compile(r"\b(offen|lds|offset:(-?\d+)|vmcnt\((\d+)\)|lgkmcnt\((\d+)\)"
+                     r"|offset([01]):(\d+))")
 _SEL_RE = re.compile(r"\b(op_sel|op_sel_hi|neg_lo|neg_hi):\[([01,]+)\]")
 
 
@@ -109,6 +110,8 @@ def parse(asm: str) -> Kernel:
                 mods["vmcnt"] = int(m.group(3))
             elif tok.startswith("lgkmcnt"):
                 mods["lgkmcnt"] = int(m.group(4))
+            elif tok.startswith("offset"):  # ds_read2/ds_write2: offset0:N offset1:M
+                mods[f"offset{m.group(5)}"] = int(m.group(6))
             else:
                 mods[tok] = True
         rest = _MOD_RE.sub("", rest).strip()
@@ -1061,6 +1064,31 @@ def _global_store(sim: Simulator, w: Wave, ins: Inst) -> None:
     sim.issue(w, "vm", set(), apply, ins.line)
 
 
+def _ds_read2(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """ds_read2_b32/b64 (offsets in elements) and ds_read2st64_b32 (in 64-element units)."""
+    dst, addr_reg = ins.operands[:2]
+    size = 8 if ins.opcode.endswith("b64") else 4
+    unit = size * (64 if "st64" in ins.opcode else 1)
+    base = sim.vsrc(w, addr_reg).astype(np.int64)
+    d = _reg(dst)
+    assert d is not None
+    if d[0] != "v" or d[1] % 2:
+        raise SimulationError(f"`{ins.line}`: the destination is not an aligned VGPR tuple")
+    mask = w.exec_mask()
+    words = size // 4
+    offsets = [int(ins.mods.get(key, 0)) * unit for key in ("offset0", "offset1")]
+
+    def apply() -> None:
+        for half, offset in enumerate(offsets):
+            for lane in np.nonzero(mask)[0]:
+                a = int(base[lane]) + offset
+                raw = sim.lds[a:a + size].tobytes()
+                for i, word in enumerate(struct.unpack(f"<{words}I", raw)):
+                    w.vgpr[d[1] + half * words + i][lane] = word
+
+    sim.issue(w, "lgkm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
+
+
 def _s_add_carry(sim: Simulator, w: Wave, ins: Inst) -> None:
     """s_add_u32 (SCC = carry out) and s_addc_u32 (adds SCC): 64-bit address arithmetic."""
     o = ins.operands
@@ -1076,6 +1104,7 @@ _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
     **{f"global_store_{s}": _global_store for s in ("dword", "dwordx2", "dwordx4", "short",
                                                      "byte", "short_d16_hi")},
     "s_add_u32": _s_add_carry, "s_addc_u32": _s_add_carry,
+    "ds_read2_b32": _ds_read2, "ds_read2_b64": _ds_read2, "ds_read2st64_b32": _ds_read2,
     "v_pk_add_f32": _packed_f32, "v_pk_mul_f32": _packed_f32, "v_pk_fma_f32": _packed_f32,
     "v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas,
     **{op: _valu_f64 for op in (*_F64, "v_cvt_f64_f32", "v_cvt_f64_i32", "v_cvt_f32_f64",

@@ -26,7 +26,6 @@ from isa_simulator import (
     Wave,
     _bits_f32,
     _f32_bits,
-    _reg,
     _s_load,
 )
 
@@ -102,29 +101,6 @@ class LLVMAsmSimulator(Simulator):
         if base != op:
             return super().step(w, Inst(base, _operands(ins), ins.mods, ins.line))
         return super().step(w, ins)
-
-
-def _ds_read2(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    """ds_read2_b32/b64 (offsets in elements) and ds_read2st64_b32 (in 64-element units)."""
-    dst, addr_reg = _operands(ins)[:2]
-    size = 8 if ins.opcode.endswith("b64") else 4
-    unit = size * (64 if "st64" in ins.opcode else 1)
-    mods = _mods(ins)
-    base = sim.vsrc(w, addr_reg).astype(np.int64)
-    d = _reg(dst)
-    assert d is not None
-    mask = w.exec_mask()
-    words = size // 4
-
-    def apply() -> None:
-        for half, key in enumerate(("offset0", "offset1")):
-            for lane in np.nonzero(mask)[0]:
-                a = int(base[lane]) + int(mods.get(key, 0)) * unit
-                raw = sim.lds[a:a + size].tobytes()
-                for i, word in enumerate(struct.unpack(f"<{words}I", raw)):
-                    w.vgpr[d[1] + half * words + i][lane] = word
-
-    sim.issue(w, "lgkm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
 
 
 def _ds_write_hi(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
@@ -218,7 +194,6 @@ def _fused(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
 
 
 _LLVM_HANDLERS = {
-    "ds_read2_b32": _ds_read2, "ds_read2_b64": _ds_read2, "ds_read2st64_b32": _ds_read2,
     "ds_write_b16_d16_hi": _ds_write_hi,
     "v_lshl_add_u64": _valu64, "v_lshlrev_b64": _valu64,
     **{op: _salu_carry for op in ("s_add_i32", "s_lshl_b64",

@@ -1,5 +1,5 @@
 """Access merging (merge_access.py): runs of dword global stores as one dwordx2/x4 store,
-runs of dword global loads as one dwordx2/x3/x4 load.
+runs of dword global loads as one dwordx2/x3/x4 load, two LDS dword reads as one ds_read2.
 
 Stage tests on hand-built kernel IR (what merges, what must not), then whole kernels: the
 selected program has the dword accesses, the final assembly the wide ones, the simulator's
@@ -13,7 +13,7 @@ import pytest
 
 from tilewave.codegen import amdgcn
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, Program, Sub, VReg
-from tilewave.codegen.amdgcn.merge_access import merge_loads, merge_stores
+from tilewave.codegen.amdgcn.merge_access import merge_lds_reads, merge_loads, merge_stores
 
 sys.path.insert(0, str(Path(__file__).parent))
 import kernels
@@ -178,3 +178,54 @@ def test_a_two_sided_bound_on_a_sum_is_one_add3_before_the_compare():
     head = lines[:lines.index(next(ln for ln in lines if ln.startswith("s_and_saveexec")))]
     assert sum(ln.startswith("v_add3_u32") for ln in head) == 2
     assert not any(ln.startswith(("v_or_b32", "v_sub_u32")) for ln in head)
+
+
+def _lds_reads(offsets, between=()):
+    addr = VReg("v")
+    dsts = [VReg("v") for _ in offsets]
+    reads = [Instr("ds_read_b32", [d], [addr], f"offset:{o}" if o else "")
+             for d, o in zip(dsts, offsets, strict=True)]
+    return dsts, [Instr("v_mov_b32", [addr], [Imm.of_int(0)]), reads[0], *between, *reads[1:],
+                  Instr("s_endpgm", [], dsts)]
+
+
+@pytest.mark.parametrize(("offsets", "form"), [
+    ((16, 64), ("ds_read2_b32", "offset0:4 offset1:16")),      # dword units (8 bits each)
+    ((0, 2048), ("ds_read2st64_b32", "offset0:0 offset1:8")),  # 512 dwords: 64-dword units
+])
+def test_two_lds_reads_of_one_address_become_a_read2(offsets, form):
+    _, code = _lds_reads(offsets)
+    after = merge_lds_reads(Program("k", code))
+    assert ops(after) == ["v_mov_b32", form[0], "s_endpgm"]
+    read2 = after.body[1]
+    assert read2.mods == form[1]
+    pair = read2.defs[0]
+    assert isinstance(pair, Sub) and pair.width == 2 and pair.reg.align == 2
+    assert after.body[2].uses == [Sub(pair.reg, 0), Sub(pair.reg, 1)]
+
+
+@pytest.mark.parametrize("why", ["lds_write_between", "offset_too_far", "barrier"])
+def test_what_lds_reads_are_not_paired(why):
+    offsets = (0, 4 * 300) if why == "offset_too_far" else (0, 4)  # 300 dwords, not 64-aligned
+    between = {
+        "lds_write_between": [Instr("ds_write_b32", [], [VReg("v"), VReg("v")])],
+        "barrier": [Instr("s_barrier")],
+    }.get(why, [])
+    _, code = _lds_reads(offsets, between)
+    assert not any(op.startswith("ds_read2") for op in ops(merge_lds_reads(Program("k", code))))
+
+
+def test_tree_reduction_levels_read_both_halves_at_once_and_match_numpy():
+    # S[tx] + S[tx + (128 >> i)]: the unrolled shift folds to a constant offset, the two
+    # reads become one ds_read2 (S[tx + 128]: offset1 128 dwords), no per-level address add
+    c = _compile(kernels.block_sum_tree)
+    lines = [ln.split(";")[0].strip() for ln in c.asm.split(".size")[0].splitlines()]
+    reads = [ln for ln in lines if ln.startswith("ds_read")]
+    assert len(reads) == 9 and all(ln.startswith("ds_read2") for ln in reads[:8]), reads
+    assert reads[0].startswith("ds_read2_b32") and reads[0].endswith("offset0:0 offset1:128")
+    assert not any(ln.startswith("v_add_u32") for ln in lines)
+    a = np.random.default_rng(2).standard_normal((4, 256)).astype(np.float32)
+    b = np.zeros(4, np.float32)
+    simulate(c.asm, [a, b], (4, 1, 1), (256, 1, 1))
+    np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-4, atol=1e-4)
+    link_or_skip(c.asm, "gfx942")

@@ -138,7 +138,7 @@ _TABLE.update(
 )
 _TABLE.update(
     {op: OpInfo("ds") for op in ("ds_read_b32", "ds_read_b64", "ds_read_b128", "ds_read_u16",
-                                 "ds_read_u8", "ds_read_i8")}
+                                 "ds_read_u8", "ds_read_i8", "ds_read2_b32", "ds_read2st64_b32")}
 )
 _TABLE.update(
     {

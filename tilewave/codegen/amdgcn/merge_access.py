@@ -26,10 +26,17 @@ load at the position of the first, its destinations renamed into an aligned rang
 the later loads can move up to it: in between nothing writes their address registers,
 nothing reads or writes their destination registers, no store uses the same base, and no
 label, branch, EXEC write, barrier or explicit wait intervenes.
+
+:func:`merge_lds_reads` pairs two ``ds_read_b32`` of one address register (a tree
+reduction's ``S[tx]`` and ``S[tx + 128]``) into one ``ds_read2_b32`` (offsets in dwords,
+8 bits each) or ``ds_read2st64_b32`` (in units of 64 dwords), at the first read, when the
+second can move up to it: no LDS write, barrier, wait, label, branch or EXEC write between,
+and nothing between touches its destination or writes the address.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from tilewave.codegen.amdgcn.isa import op_info
@@ -45,7 +52,9 @@ from tilewave.codegen.amdgcn.kir import (
     renamed,
 )
 
-__all__ = ["merge_loads", "merge_stores"]
+__all__ = ["merge_lds_reads", "merge_loads", "merge_stores"]
+
+Merge = tuple[int, Instr, list[int]]  # (position, wide instruction, positions merged into it)
 
 _WIDE = {4: "global_store_dwordx4", 2: "global_store_dwordx2"}
 _WIDE_LOAD = {2: "global_load_dwordx2", 3: "global_load_dwordx3", 4: "global_load_dwordx4"}
@@ -65,6 +74,17 @@ def _blocks_motion(ins: Instr | Label) -> bool:
     unit = op_info(ins.opcode).unit
     return (unit in ("barrier", "wait") or "saveexec" in ins.opcode
             or any(isinstance(op, Sym) and op.name == "exec" for op in ins.defs))
+
+
+def _window(body: list[Instr | Label], i: int) -> Iterator[tuple[int, Instr]]:
+    """The instructions after position ``i`` (up to :data:`LOOKAHEAD`) an access may move
+    across, with their positions: up to the first control-flow, barrier, wait or EXEC write."""
+    for j in range(i + 1, min(len(body), i + 1 + LOOKAHEAD)):
+        ins = body[j]
+        if _blocks_motion(ins):
+            return
+        assert isinstance(ins, Instr)
+        yield j, ins
 
 
 def _tuple(data: list[Operand], renamed: dict[VReg, Sub]) -> Operand | None:
@@ -97,11 +117,7 @@ def _run(body: list[Instr | Label], i: int, width: int) -> list[int] | None:
     vaddr, _, saddr = first.uses
     base = _offset(first)
     found = [i]
-    for j in range(i + 1, min(len(body), i + 1 + LOOKAHEAD)):
-        ins = body[j]
-        if _blocks_motion(ins):
-            return None
-        assert isinstance(ins, Instr)
+    for j, ins in _window(body, i):
         info = op_info(ins.opcode)
         want = base + 4 * len(found)
         if (ins.opcode == "global_store_dword" and ins.uses[0] == vaddr
@@ -119,31 +135,54 @@ def _run(body: list[Instr | Label], i: int, width: int) -> list[int] | None:
     return None
 
 
-def merge_stores(program: Program) -> Program:
-    """``program`` with runs of adjacent dword global stores merged (see the module docs)."""
+def _rewrite(program: Program, opcode: str, merge_at: Callable[..., Merge | None]) -> Program:
+    """Apply ``merge_at(body, i, ranges)`` at every ``opcode`` instruction not merged yet:
+    it returns (position, wide instruction, positions merged into it) or None; registers it
+    put into new ranges (``ranges``) are renamed everywhere at the end."""
     body = list(program.body)
     ranges: dict[VReg, Sub] = {}
     removed: set[int] = set()
     for i, ins in enumerate(body):
-        if i in removed or not isinstance(ins, Instr) or ins.opcode != "global_store_dword":
+        if i in removed or not isinstance(ins, Instr) or ins.opcode != opcode:
             continue
-        for width in (4, 2):
-            run = _run(body, i, width)
-            if run is None or any(k in removed for k in run):
-                continue
-            data = _tuple([body[k].uses[1] for k in run], ranges)  # type: ignore[union-attr]
-            if data is None:
-                continue
-            last = body[run[-1]]
-            assert isinstance(last, Instr)
-            mods = f"offset:{_offset(ins)}" if _offset(ins) else ""
-            body[run[-1]] = Instr(_WIDE[width], [], [ins.uses[0], data, ins.uses[2]], mods,
-                                  comment=last.comment)
-            removed.update(run[:-1])
-            break
-    out = [renamed(ins, ranges)
-           for k, ins in enumerate(body) if k not in removed]
+        got = merge_at(body, i, ranges, removed)
+        if got is not None:
+            at, wide, gone = got
+            body[at] = wide
+            removed.update(gone)
+    out = [renamed(ins, ranges) for k, ins in enumerate(body) if k not in removed]
     return replace(program, body=out)
+
+
+def _untouched(body: list[Instr | Label], i: int, j: int, op: Operand) -> bool:
+    """Nothing at positions ``i..j-1`` reads or writes a register of ``op``."""
+    units = reg_units(op)
+    return not any(units & reg_units(x) for b in body[i:j] if isinstance(b, Instr)
+                   for x in (*b.defs, *b.uses))
+
+
+def _store_merge(body: list[Instr | Label], i: int, ranges: dict[VReg, Sub],
+                 removed: set[int]) -> Merge | None:
+    ins = body[i]
+    assert isinstance(ins, Instr)
+    for width in (4, 2):
+        run = _run(body, i, width)
+        if run is None or any(k in removed for k in run):
+            continue
+        data = _tuple([body[k].uses[1] for k in run], ranges)  # type: ignore[union-attr]
+        if data is None:
+            continue
+        last = body[run[-1]]
+        assert isinstance(last, Instr)
+        mods = f"offset:{_offset(ins)}" if _offset(ins) else ""
+        return run[-1], Instr(_WIDE[width], [], [ins.uses[0], data, ins.uses[2]], mods,
+                              comment=last.comment), run[:-1]
+    return None
+
+
+def merge_stores(program: Program) -> Program:
+    """``program`` with runs of adjacent dword global stores merged (see the module docs)."""
+    return _rewrite(program, "global_store_dword", _store_merge)
 
 
 def _load_run(body: list[Instr | Label], i: int) -> list[int]:
@@ -154,21 +193,14 @@ def _load_run(body: list[Instr | Label], i: int) -> list[int]:
     vaddr, saddr = first.uses
     address = reg_units(vaddr) | reg_units(saddr)
     by_offset = {_offset(first): i}
-    for j in range(i + 1, min(len(body), i + 1 + LOOKAHEAD)):
-        ins = body[j]
-        if _blocks_motion(ins):
-            break
-        assert isinstance(ins, Instr)
+    for j, ins in _window(body, i):
         if any(reg_units(d) & address for d in ins.defs):
             break
         if op_info(ins.opcode).is_store and any(op == saddr for op in ins.uses):
             break  # the same buffer written in between
         if (ins.opcode == "global_load_dword" and ins.uses[0] == vaddr and ins.uses[1] == saddr
-                and _offset(ins) not in by_offset):
-            dst = reg_units(ins.defs[0])
-            if not any(dst & reg_units(op) for b in body[i:j] if isinstance(b, Instr)
-                       for op in (*b.defs, *b.uses)):
-                by_offset[_offset(ins)] = j
+                and _offset(ins) not in by_offset and _untouched(body, i, j, ins.defs[0])):
+            by_offset[_offset(ins)] = j
     lo = hi = _offset(first)
     while lo - 4 in by_offset and hi - lo < 12:
         lo -= 4
@@ -177,27 +209,74 @@ def _load_run(body: list[Instr | Label], i: int) -> list[int]:
     return [by_offset[o] for o in range(lo, hi + 4, 4)]
 
 
+def _load_merge(body: list[Instr | Label], i: int, ranges: dict[VReg, Sub],
+                removed: set[int]) -> Merge | None:
+    ins = body[i]
+    assert isinstance(ins, Instr)
+    run = _load_run(body, i)
+    if len(run) < 2 or any(k in removed for k in run):
+        return None
+    dsts = [body[k].defs[0] for k in run]  # type: ignore[union-attr]
+    if not all(isinstance(d, VReg) and d not in ranges for d in dsts):
+        return None
+    data = _tuple(dsts, ranges)
+    if data is None:
+        return None
+    low = body[run[0]]
+    assert isinstance(low, Instr)
+    return i, Instr(_WIDE_LOAD[len(run)], [data], list(ins.uses), low.mods,
+                    comment=ins.comment), [k for k in run if k != i]
+
+
 def merge_loads(program: Program) -> Program:
     """``program`` with runs of adjacent dword global loads merged (see the module docs)."""
-    body = list(program.body)
-    ranges: dict[VReg, Sub] = {}
-    removed: set[int] = set()
-    for i, ins in enumerate(body):
-        if i in removed or not isinstance(ins, Instr) or ins.opcode != "global_load_dword":
-            continue
-        run = _load_run(body, i)
-        if len(run) < 2 or any(k in removed for k in run):
-            continue
-        dsts = [body[k].defs[0] for k in run]  # type: ignore[union-attr]
-        if not all(isinstance(d, VReg) and d not in ranges for d in dsts):
-            continue
-        data = _tuple(dsts, ranges)
-        if data is None:
-            continue
-        low = body[run[0]]
-        assert isinstance(low, Instr)
-        body[i] = Instr(_WIDE_LOAD[len(run)], [data], list(ins.uses), low.mods,
-                        comment=ins.comment)
-        removed.update(k for k in run if k != i)
-    out = [renamed(ins, ranges) for k, ins in enumerate(body) if k not in removed]
-    return replace(program, body=out)
+    return _rewrite(program, "global_load_dword", _load_merge)
+
+
+def _read2_form(first: int, second: int) -> tuple[str, str] | None:
+    """(opcode, modifiers) of a ds_read2 reading byte offsets ``first`` and ``second``."""
+    for opcode, unit in (("ds_read2_b32", 4), ("ds_read2st64_b32", 256)):
+        if first % unit == 0 and second % unit == 0 and 0 <= first // unit <= 255 \
+                and 0 <= second // unit <= 255:
+            return opcode, f"offset0:{first // unit} offset1:{second // unit}"
+    return None
+
+
+def _lds_partner(body: list[Instr | Label], i: int) -> int | None:
+    """The position of a ds_read_b32 of the same address that can move up to ``i``."""
+    first = body[i]
+    assert isinstance(first, Instr)
+    address = reg_units(first.uses[0])
+    for j, ins in _window(body, i):
+        info = op_info(ins.opcode)
+        if (info.unit == "ds" and info.is_store) or any(reg_units(d) & address
+                                                         for d in ins.defs):
+            return None
+        if (ins.opcode == "ds_read_b32" and ins.uses[0] == first.uses[0]
+                and _untouched(body, i, j, ins.defs[0])):
+            return j
+    return None
+
+
+def _lds_merge(body: list[Instr | Label], i: int, ranges: dict[VReg, Sub],
+               removed: set[int]) -> Merge | None:
+    ins = body[i]
+    assert isinstance(ins, Instr)
+    j = _lds_partner(body, i)
+    if j is None or j in removed:
+        return None
+    second = body[j]
+    assert isinstance(second, Instr)
+    form = _read2_form(_offset(ins), _offset(second))
+    dsts = [ins.defs[0], second.defs[0]]
+    if form is None or not all(isinstance(d, VReg) and d not in ranges for d in dsts):
+        return None
+    data = _tuple(dsts, ranges)
+    if data is None:
+        return None
+    return i, Instr(form[0], [data], [ins.uses[0]], form[1], comment=ins.comment), [j]
+
+
+def merge_lds_reads(program: Program) -> Program:
+    """``program`` with pairs of ``ds_read_b32`` of one address as ``ds_read2*`` (docs)."""
+    return _rewrite(program, "ds_read_b32", _lds_merge)

@@ -56,7 +56,11 @@ _FOLD = {
     tirx.Mul: lambda a, b: a * b,
     tirx.FloorDiv: lambda a, b: a // b if b else None,
     tirx.FloorMod: lambda a, b: a % b if b else None,
+    tirx.LShift: lambda a, b: a << b if 0 <= b < 32 else None,
+    tirx.RShift: lambda a, b: a >> b if 0 <= b < 32 else None,
 }
+# shifts written as calls (T.shift_right(128, i)): folded like the nodes above
+_FOLD_CALLS = {"tirx.shift_left": _FOLD[tirx.LShift], "tirx.shift_right": _FOLD[tirx.RShift]}
 
 
 def _trip_count(loop: tirx.For) -> int | None:
@@ -109,6 +113,14 @@ def should_unroll(loop: tirx.For) -> bool:
 class _FoldConstants(TIRMutator):
     def generic_visit(self, node: Any) -> Any:
         node = super().generic_visit(node)
+        if isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
+            call_fold = _FOLD_CALLS.get(str(node.op.name))
+            args = list(node.args)
+            if call_fold is not None and all(isinstance(a, tirx.IntImm) for a in args):
+                value = call_fold(args[0].value, args[1].value)
+                if value is not None:
+                    return tirx.IntImm(str(args[0].ty), value)
+            return node
         fold = _FOLD.get(type(node))
         if fold is not None and isinstance(node.a, tirx.IntImm) and isinstance(node.b, tirx.IntImm):
             value = fold(node.a.value, node.b.value)
