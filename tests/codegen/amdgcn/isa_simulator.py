@@ -620,6 +620,7 @@ _VALU: dict[str, tuple[str, Callable]] = {
     "v_or3_b32": ("b32", lambda a, b, c: a | b | c),
     "v_bfe_u32": ("b32", lambda a, o, n: (a >> (o & 31)) & ((1 << (n & 31)) - 1)),
     "v_min_i32": ("b32", lambda a, b: _w(np.minimum(_i(a), _i(b)))),
+    "v_mul_u32_u24": ("b32", lambda a, b: _w((_u(a) & 0xFFFFFF) * (_u(b) & 0xFFFFFF))),
     "v_max_i32": ("b32", lambda a, b: _w(np.maximum(_i(a), _i(b)))),
     "v_add_f32": _f32op(lambda a, b: a + b),
     "v_sub_f32": _f32op(lambda a, b: a - b),

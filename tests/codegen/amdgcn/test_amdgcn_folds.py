@@ -110,3 +110,25 @@ def test_a_constant_local_is_in_its_register_before_a_loop_and_across_a_branch()
         expected = (expected + a[:, k]).astype(np.float32)
     np.testing.assert_array_equal(b, expected)
     np.testing.assert_array_equal(cc, np.where(np.arange(64) < 20, 3, -2).astype(np.float32))
+
+
+@T.prim_func
+def small_products(A: T.Buffer((64 * 48,), "float32"), B: T.Buffer((64 * 48,), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        B[tx * 48] = A[tx * 48] - T.float32(4) * A[tx * 48 + 1]  # tx * 192 < 2^24
+
+
+def test_small_products_use_the_24_bit_multiply_and_a_minus_k_x_is_one_fma():
+    lines = body(compiled(small_products).asm)
+    assert not any(ln.startswith("v_mul_lo_u32") for ln in lines)
+    assert any(re.fullmatch(r"v_mul_u32_u24 v\d+, 0xc0, v\d+", ln) for ln in lines), lines
+    # a - 4 * b: v_fma_f32 d, -4.0, b, a (contracted as a * b + c already is), no mul + sub
+    assert any(re.fullmatch(r"v_fma_f32 v\d+, -4.0, v\d+, v\d+", ln) for ln in lines), lines
+    assert not any(ln.startswith(("v_mul_f32", "v_sub_f32")) for ln in lines)
+    a = np.random.default_rng(9).standard_normal(64 * 48).astype(np.float32)
+    b = np.zeros_like(a)
+    simulate(compiled(small_products).asm, [a, b], (1, 1, 1), (64, 1, 1))
+    i = np.arange(64) * 48
+    expected = (a[i].astype(np.float64) - 4.0 * a[i + 1].astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(b[i], expected)
+    link_or_skip(compiled(small_products).asm, "gfx942")

@@ -72,6 +72,7 @@ _VOP2 = {  # opcode: commutes
     "v_max_u32": True,
     "v_min_u32": True,
     "v_cndmask_b32": False,
+    "v_mul_u32_u24": True,
     # VOP2 with a 32-bit literal K after the operands (fmamk: a * K + b, fmaak: a * b + K)
     "v_fmamk_f32": False,
     "v_fmaak_f32": False,

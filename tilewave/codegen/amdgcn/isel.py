@@ -87,6 +87,8 @@ _INT_OPS: dict[str, tuple[str, str, bool]] = {
     "add": ("s_add_u32", "v_add_u32", False),
     "sub": ("s_sub_u32", "v_sub_u32", False),
     "mul": ("s_mul_i32", "v_mul_lo_u32", False),
+    # both factors known in [0, 2^24): the VOP2 24-bit multiply (a literal factor is free)
+    "mul24": ("s_mul_i32", "v_mul_u32_u24", False),
     "and": ("s_and_b32", "v_and_b32", False),
     "or": ("s_or_b32", "v_or_b32", False),
     "xor": ("s_xor_b32", "v_xor_b32", False),
@@ -1122,9 +1124,15 @@ class _Selector(OpSelection, GlobalMemory):
                 for mul, other in ((a, b), (b, a)):
                     if isinstance(mul, tirx.Mul):  # contract a*b+c into one FMA
                         return "fma", [mul.a, mul.b, other], dtype
+            if dtype in _FLOAT_TYPES and kind == "sub" and isinstance(b, tirx.Mul):
+                for k, x in ((b.a, b.b), (b.b, b.a)):
+                    if isinstance(k, tirx.FloatImm):  # a - k*x → fma(-k, x, a), as LLVM
+                        return "fma", [tirx.FloatImm(str(k.ty), -k.value), x, a], dtype
             if kind == "add" and dtype in _INT_TYPES:
                 if self.bits.disjoint(a, b) or self.bits.disjoint(b, a):
                     return "or", [a, b], dtype
+            if kind == "mul" and dtype == "int32" and self.fits_u24(a) and self.fits_u24(b):
+                return "mul24", [a, b], dtype
             return kind, [a, b], dtype
         if isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op):
             name = str(expr.op.name)
@@ -1350,8 +1358,18 @@ class _Selector(OpSelection, GlobalMemory):
             return self.apply("sub", [a, low], dtype)
         return self.divide_by_constant(kind, a, c, non_negative, dtype)
 
+    def fits_u24(self, expr: object) -> bool:
+        """``expr`` is known to lie in [0, 2^24) and is not a power-of-two constant (those
+        become shifts)."""
+        facts = self.bits.facts(expr)
+        if isinstance(expr, tirx.IntImm) and _is_pow2(expr.value):
+            return False
+        return facts.non_negative and facts.hi is not None and facts.hi < (1 << 24)
+
     def strength_reduce(self, kind: str, a: Value, b: Value) -> tuple[str, Value, Value]:
         """Multiplication by a power of two → shift (divisions: :meth:`divide`)."""
+        if kind == "mul24" and (a.uniform and b.uniform):
+            kind = "mul"  # the SALU multiply is exact for any 32-bit factors
         if kind == "mul" and isinstance(a.op, Imm):
             a, b = b, a
         c = b.op.signed if isinstance(b.op, Imm) else None
@@ -1881,6 +1899,7 @@ def _fold(kind: str, a: int, b: int) -> int:
         "add": lambda x, y: x + y,
         "sub": lambda x, y: x - y,
         "mul": lambda x, y: x * y,
+        "mul24": lambda x, y: x * y,
         "and": lambda x, y: x & y,
         "or": lambda x, y: x | y,
         "xor": lambda x, y: x ^ y,
