@@ -18,10 +18,15 @@ its element size. :func:`storage_relation` says what two buffers share:
   index in units common to both element sizes, and the element-level proof of
   :func:`tilewave.analysis.shared_access.may_conflict` compares the two;
 * ``UNKNOWN``: memory that may overlap at an unknown offset (two ``shared.dyn`` roots that
-  TVM's merge will place, a view whose data pointer is not read): may conflict;
+  TVM's merge will place and whose uses do not overlap, a view whose data pointer is not
+  read): may conflict;
 * ``DISTINCT``: separate allocations no later pass places together (static ``shared``
   roots; ``shared.dyn`` roots that tilewave's own layout places apart, see
-  :func:`dynamic_shared_placed_apart`).
+  :func:`dynamic_shared_placed_apart`; two pooled roots allocated in one statement list
+  whose *lifetimes* overlap: TVM's merge records a use at the statement of the
+  allocation's list that contains it (a loop or branch as a whole) and reuses memory only
+  between buffers whose first-to-last used statements do not overlap, so buffers used by
+  one common statement, or interleaved, get separate bytes).
 
 The hazard verifier models storage again, independently (:mod:`.storage_model`).
 """
@@ -31,14 +36,14 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import tvm
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import post_order_visit, walk_nodes
 
 __all__ = [
     "MERGE_STATIC_CONFIG",
@@ -88,6 +93,10 @@ class BufferStorage:
     base: int | None
     itemsize: int
     pool: str | None = None
+    #: for a pooled root (and its views): ``(statement list, first, last)``, the node
+    #: handle of the ``SeqStmt`` allocating the root and the first and last of its items
+    #: that use it; ``None`` when unknown
+    lifetime: tuple[int, int, int] | None = None
 
     @property
     def elem_offset(self) -> int | None:
@@ -214,7 +223,68 @@ def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) ->
 
     # a view's source is declared before it
     post_order_visit(func.body, resolve, (tirx.AllocBuffer, tirx.DeclBuffer))
+    lifetimes = _pool_lifetimes(func.body, storages)
+    if lifetimes:
+        storages = {
+            buffer: replace(storage, lifetime=lifetimes.get(hash(storage.root)))
+            if storage.root is not None
+            else storage
+            for buffer, storage in storages.items()
+        }
     return StorageMap(storages, pool)
+
+
+def _pool_lifetimes(
+    body: Any, storages: Mapping[Any, BufferStorage]
+) -> dict[int, tuple[int, int, int]]:
+    """Root handle -> ``(SeqStmt handle, first, last)`` for every pooled root allocated in a
+    statement list: the items of that list that name the root or one of its views."""
+    roots = {
+        hash(s.root)
+        for s in storages.values()
+        if s.pool is not None and s.root is not None and s.root.same_as(s.buffer)
+    }
+    root_of = {
+        hash(buffer): hash(s.root)
+        for buffer, s in storages.items()
+        if s.root is not None and hash(s.root) in roots
+    }
+    found: dict[int, tuple[int, int, int]] = {}
+
+    def on_list(seq: Any) -> None:
+        items = list(seq.seq)
+        here = {
+            hash(item.buffer)
+            for item in items
+            if isinstance(item, tirx.AllocBuffer) and hash(item.buffer) in roots
+        }
+        if not here:
+            return
+        for index, item in enumerate(items):
+            if isinstance(item, tirx.AllocBuffer):
+                continue
+            named: set[int] = set()
+
+            def mention(var: Any, named: set[int] = named) -> None:
+                root = root_of.get(hash(var))
+                if root in here:
+                    named.add(root)
+
+            walk_nodes(item, {ir.expr.Var: mention})
+            for root in named:
+                _, first, last = found.get(root, (hash(seq), index, index))
+                found[root] = (hash(seq), min(first, index), max(last, index))
+
+    post_order_visit(body, on_list, (tirx.SeqStmt,))
+    return found
+
+
+def _live_together(a: BufferStorage, b: BufferStorage) -> bool:
+    """Whether two pooled roots are allocated in one list and used by overlapping spans of
+    its items (then TVM's merge gives them separate bytes)."""
+    if a.lifetime is None or b.lifetime is None or a.lifetime[0] != b.lifetime[0]:
+        return False
+    return a.lifetime[1] <= b.lifetime[2] and b.lifetime[1] <= a.lifetime[2]
 
 
 def _view(
@@ -236,7 +306,7 @@ def _view(
         flat = parent.flat_index(indices)
         offset = _constant(flat) if flat is not None else None
         base = None if offset is None else base + offset * parent.itemsize
-    return BufferStorage(buffer, parent.root, base, size, parent.pool)
+    return BufferStorage(buffer, parent.root, base, size, parent.pool, parent.lifetime)
 
 
 def storage_relation(a: BufferStorage, b: BufferStorage) -> StorageRelation:
@@ -247,7 +317,7 @@ def storage_relation(a: BufferStorage, b: BufferStorage) -> StorageRelation:
         if a.base is None or b.base is None:
             return StorageRelation.UNKNOWN
         return StorageRelation.SAME
-    if a.pool is not None and a.pool == b.pool:
+    if a.pool is not None and a.pool == b.pool and not _live_together(a, b):
         return StorageRelation.UNKNOWN
     return StorageRelation.DISTINCT
 

@@ -126,6 +126,50 @@ class _Placements(TIRVisitor):
         return None
 
 
+class _Lifetimes(TIRVisitor):
+    """For pooled allocations: the statement list allocating each and the positions, in
+    that list, of the items using it (directly or through a view). TVM's merge attributes a
+    use to the item of the allocation's list that contains it and reuses memory only
+    between allocations whose used spans do not overlap."""
+
+    def __init__(self, placements: Mapping[Any, _Placement]) -> None:
+        self.placements = placements
+        #: allocation -> (the SeqStmt allocating it, positions of its items using it)
+        self.uses: dict[Any, tuple[Any, list[int]]] = {}
+        self._path: list[tuple[Any, int]] = []  # enclosing (SeqStmt, item position)
+
+    def visit_SeqStmt(self, node: Any) -> None:
+        for position, item in enumerate(node.seq):
+            if isinstance(item, tirx.AllocBuffer):
+                placement = self.placements.get(item.buffer)
+                if placement is not None and placement.block is not None:
+                    self.uses.setdefault(placement.allocation, (node, []))
+                continue
+            self._path.append((node, position))
+            self.visit(item)
+            self._path.pop()
+
+    def visit_Var(self, node: Any) -> None:
+        placement = self.placements.get(node)
+        if placement is None or placement.allocation is None:
+            return
+        entry = self.uses.get(placement.allocation)
+        if entry is None:
+            return
+        seq, positions = entry
+        for owner, position in self._path:
+            if owner.same_as(seq):
+                positions.append(position)
+                return
+
+    def live_together(self, a: Any, b: Any) -> bool:
+        """Whether allocations ``a`` and ``b`` sit in one list with overlapping used spans."""
+        ua, ub = self.uses.get(a), self.uses.get(b)
+        if ua is None or ub is None or not ua[0].same_as(ub[0]) or not ua[1] or not ub[1]:
+            return False
+        return min(ua[1]) <= max(ub[1]) and min(ub[1]) <= max(ua[1])
+
+
 class SharedMemoryModel:
     """The verifier's picture of one function's shared memory (see the module doc).
 
@@ -140,6 +184,8 @@ class SharedMemoryModel:
         walker = _Placements(bool(config.get("tirx.merge_static_smem", False)))
         walker.visit(func.body)
         self._placements = walker.found
+        self._lifetimes = _Lifetimes(walker.found)
+        self._lifetimes.visit(func.body)
         #: tilewave lays dynamic shared memory out without reuse when one buffer is addressed
         self._dynamic_apart = any(
             buffer_scope(b) == "shared.dyn" for b in shared_buffers_addressed(func.body)
@@ -163,6 +209,8 @@ class SharedMemoryModel:
             return True
         if not pa.allocation.same_as(pb.allocation):
             together = pa.block is not None and pa.block == pb.block
+            if together and self._lifetimes.live_together(pa.allocation, pb.allocation):
+                return False  # both in use at once: TVM's merge keeps their bytes apart
             return together and not (pa.block == "dynamic" and self._dynamic_apart)
         return True if pa.byte is None or pb.byte is None else None
 
