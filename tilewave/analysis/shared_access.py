@@ -178,11 +178,19 @@ class AccessScope:
             object.__setattr__(self, "binding_keys", keys)
         return self.binding_keys
 
+    @functools.cached_property
+    def _hash(self) -> int:
+        return hash(self._identity)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, AccessScope) and self._identity == other._identity
+        return (
+            isinstance(other, AccessScope)
+            and self._hash == other._hash
+            and self._identity == other._identity
+        )
 
     def __hash__(self) -> int:
-        return hash(self._identity)
+        return self._hash
 
     def within_loop(self, loop: LoopRange) -> AccessScope:
         """This scope inside one more loop."""

@@ -111,19 +111,41 @@ def uniform_local_buffers(
     if dependent is None:
         def dependent(expr: Any, uniform: frozenset[Any]) -> bool:
             return is_thread_dependent(expr, thread_vars, uniform)
-    reached = _locals_reached_by_calls(func.body)
-    uniform = {
-        s.buffer
+    reached = {hash(r) for r in _locals_reached_by_calls(func.body)}
+    candidates = {
+        hash(s.buffer): s.buffer
         for s in stores
-        if buffer_scope(s.buffer) == "local" and not any(s.buffer.same_as(r) for r in reached)
+        if buffer_scope(s.buffer) == "local" and hash(s.buffer) not in reached
     }
-    changed = True
-    while changed:
-        changed = False
-        for store in stores:
-            if store.buffer in uniform and any(
-                dependent(e, frozenset(uniform)) for e in store.exprs
-            ):
-                uniform.discard(store.buffer)
-                changed = True
-    return frozenset(uniform)
+    # `dependent` only grows as locals leave the uniform set, and a local's leaving matters
+    # only to the stores that load it: judge each store once with every candidate uniform,
+    # then propagate along the loads (the fixed point of re-judging every store per round)
+    everything = frozenset(candidates.values())
+    loads: dict[int, set[int]] = {}
+    pending: list[int] = []
+    for store in stores:
+        key = hash(store.buffer)
+        if key not in candidates:
+            continue
+        if any(dependent(e, everything) for e in store.exprs):
+            pending.append(key)
+            continue
+        for source in _locals_loaded(store.exprs):
+            if source in candidates:
+                loads.setdefault(source, set()).add(key)
+    uniform = dict(candidates)
+    while pending:
+        key = pending.pop()
+        if uniform.pop(key, None) is not None:
+            pending.extend(loads.get(key, ()))
+    return frozenset(uniform.values())
+
+
+def _locals_loaded(exprs: tuple[Any, ...]) -> set[int]:
+    """Handles of the buffers loaded anywhere in ``exprs``."""
+    found: set[int] = set()
+    for expr in exprs:
+        post_order_visit(
+            expr, lambda load: found.add(hash(load.source)), (ir.expr.TensorLoad,)
+        )
+    return found
