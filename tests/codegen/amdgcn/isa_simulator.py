@@ -1090,6 +1090,21 @@ def _ds_read2(sim: Simulator, w: Wave, ins: Inst) -> None:
     sim.issue(w, "lgkm", {("v", d[1] + i) for i in range(d[2])}, apply, ins.line)
 
 
+def _ds_write_hi(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """ds_write_b16_d16_hi: the high 16 bits of the data register."""
+    addr_reg, data = ins.operands[:2]
+    a = sim.vsrc(w, addr_reg).astype(np.int64) + int(ins.mods.get("offset", 0))
+    values = sim.vsrc(w, data) >> 16
+    lanes = np.nonzero(w.exec_mask())[0]
+
+    def apply() -> None:
+        for lane in lanes:
+            sim.lds[int(a[lane]):int(a[lane]) + 2] = np.frombuffer(
+                struct.pack("<H", int(values[lane]) & 0xFFFF), dtype=np.uint8)
+
+    sim.issue(w, "lgkm", set(), apply, ins.line)
+
+
 def _s_add_carry(sim: Simulator, w: Wave, ins: Inst) -> None:
     """s_add_u32 (SCC = carry out) and s_addc_u32 (adds SCC): 64-bit address arithmetic."""
     o = ins.operands
@@ -1106,6 +1121,8 @@ _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
                                                      "byte", "short_d16_hi")},
     "s_add_u32": _s_add_carry, "s_addc_u32": _s_add_carry,
     "ds_read2_b32": _ds_read2, "ds_read2_b64": _ds_read2, "ds_read2st64_b32": _ds_read2,
+    "ds_read2st64_b64": _ds_read2,
+    "ds_write_b16_d16_hi": _ds_write_hi,
     "v_pk_add_f32": _packed_f32, "v_pk_mul_f32": _packed_f32, "v_pk_fma_f32": _packed_f32,
     "v_div_scale_f32": _div_scale, "v_div_fmas_f32": _div_fmas,
     **{op: _valu_f64 for op in (*_F64, "v_cvt_f64_f32", "v_cvt_f64_i32", "v_cvt_f32_f64",

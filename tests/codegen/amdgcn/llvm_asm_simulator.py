@@ -13,7 +13,6 @@ against NumPy too (a wrong result means this dialect layer is wrong, so it is re
 from __future__ import annotations
 
 import re
-import struct
 
 import numpy as np
 from isa_simulator import (
@@ -103,21 +102,6 @@ class LLVMAsmSimulator(Simulator):
         return super().step(w, ins)
 
 
-def _ds_write_hi(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
-    """ds_write_b16_d16_hi: the high 16 bits of the data register."""
-    addr_reg, data = _operands(ins)[:2]
-    a = sim.vsrc(w, addr_reg).astype(np.int64) + int(_mods(ins).get("offset", 0))
-    values = sim.vsrc(w, data) >> 16
-    lanes = np.nonzero(w.exec_mask())[0]
-
-    def apply() -> None:
-        for lane in lanes:
-            sim.lds[int(a[lane]):int(a[lane]) + 2] = np.frombuffer(
-                struct.pack("<H", int(values[lane]) & 0xFFFF), dtype=np.uint8)
-
-    sim.issue(w, "lgkm", set(), apply, ins.line)
-
-
 def _valu64(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
     o = _operands(ins)
     if ins.opcode == "v_lshl_add_u64":  # d = (a << s) + b, 64 bits
@@ -194,7 +178,6 @@ def _fused(sim: LLVMAsmSimulator, w: Wave, ins: Inst) -> None:
 
 
 _LLVM_HANDLERS = {
-    "ds_write_b16_d16_hi": _ds_write_hi,
     "v_lshl_add_u64": _valu64, "v_lshlrev_b64": _valu64,
     **{op: _salu_carry for op in ("s_add_i32", "s_lshl_b64",
                                   "s_movk_i32", "s_mulk_i32", "s_cmpk_lg_i32")},

@@ -13,7 +13,12 @@ import pytest
 
 from tilewave.codegen import amdgcn
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Label, Program, Sub, VReg
-from tilewave.codegen.amdgcn.merge_access import merge_lds_reads, merge_loads, merge_stores
+from tilewave.codegen.amdgcn.merge_access import (
+    merge_lds_reads,
+    merge_loads,
+    merge_short_loads,
+    merge_stores,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 import kernels
@@ -229,3 +234,67 @@ def test_tree_reduction_levels_read_both_halves_at_once_and_match_numpy():
     simulate(c.asm, [a, b], (4, 1, 1), (256, 1, 1))
     np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-4, atol=1e-4)
     link_or_skip(c.asm, "gfx942")
+
+
+def test_two_b64_lds_reads_become_a_read2_b64_and_slices_follow():
+    addr = VReg("v")
+    frags = [VReg("v", 2, 2), VReg("v", 2, 2)]
+    code = [Instr("v_mov_b32", [addr], [Imm.of_int(0)]),
+            Instr("ds_read_b64", [frags[0]], [addr], ""),
+            Instr("ds_read_b64", [frags[1]], [addr], "offset:32"),
+            Instr("s_endpgm", [], [frags[0], Sub(frags[1], 1)])]
+    after = merge_lds_reads(Program("k", code))
+    assert ops(after) == ["v_mov_b32", "ds_read2_b64", "s_endpgm"]
+    read2 = after.body[1]
+    whole = read2.defs[0].reg
+    assert read2.mods == "offset0:0 offset1:4" and read2.defs[0] == Sub(whole, 0, 4)
+    assert after.body[2].uses == [Sub(whole, 0, 2), Sub(whole, 3)]
+
+
+def _short_loads(readers):
+    """Four 16-bit loads at offsets 0, 2, 4, 6; ``readers(values)`` the code reading them."""
+    addr, saddr = VReg("v"), VReg("s", 2, 2)
+    values = [VReg("v") for _ in range(4)]
+    loads = [Instr("global_load_ushort", [v], [addr, saddr], f"offset:{2 * k}" if k else "")
+             for k, v in enumerate(values)]
+    return Program("k", [Instr("v_mov_b32", [addr], [Imm.of_int(0)]), *loads,
+                         *readers(values), Instr("s_endpgm")])
+
+
+def test_16_bit_loads_read_only_by_16_bit_stores_become_dword_loads():
+    lds = VReg("v")
+    after = merge_short_loads(_short_loads(lambda vals: [
+        Instr("ds_write_b16", [], [lds, v], f"offset:{64 * k}") for k, v in enumerate(vals)]))
+    assert ops(after) == ["v_mov_b32", "global_load_dwordx2", "ds_write_b16",
+                          "ds_write_b16_d16_hi", "ds_write_b16", "ds_write_b16_d16_hi",
+                          "s_endpgm"]
+    words = after.body[1].defs[0]
+    assert [w.uses[1] for w in after.body[2:6]] == [Sub(words.reg, 0), Sub(words.reg, 0),
+                                                    Sub(words.reg, 1), Sub(words.reg, 1)]
+
+
+def test_16_bit_loads_with_another_reader_stay_16_bit():
+    lds = VReg("v")
+    after = merge_short_loads(_short_loads(lambda vals: [
+        *(Instr("ds_write_b16", [], [lds, v]) for v in vals),
+        Instr("v_cvt_f32_f16", [VReg("v")], [vals[1]])]))  # reads the full 32-bit register
+    # offsets 0 and 2 (the pair holding vals[1]) stay 16-bit; 4 and 6 become one dword
+    assert ops(after)[1:4] == ["global_load_ushort", "global_load_ushort", "global_load_dword"]
+    assert after.body[3].mods == "offset:4"
+
+
+def test_f16_tile_staged_through_lds_loads_dwords_and_matches_numpy():
+    c = _compile(kernels.gemm_lds_f16)
+    assert ops(c.selected).count("global_load_ushort") == 32
+    assert ops(c.final).count("global_load_ushort") == 16  # A[i, tx]: 128 bytes apart
+    assert ops(c.final).count("global_load_dwordx4") == 2  # B[tx, 0:16]: 32 bytes per lane
+    assert ops(c.final).count("ds_write_b16_d16_hi") == 8
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((16, kernels.GEMM_K)).astype(np.float16)
+    b = rng.standard_normal((kernels.GEMM_K, 16)).astype(np.float16)
+    out = np.zeros((16, 16), np.float32)
+    simulate(c.asm, [a, b, out], (1, 1, 1), (64, 1, 1))
+    np.testing.assert_allclose(out, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-4,
+                               atol=1e-4)
+    link_or_skip(c.asm, "gfx942")
+    link_or_skip(_compile(kernels.gemm_lds_f16, "gfx950").asm, "gfx950")

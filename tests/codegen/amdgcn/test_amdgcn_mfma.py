@@ -182,7 +182,12 @@ def test_first_step_uses_an_inline_zero_accumulator():
 
 def test_lds_fragments_are_8_byte_ds_reads():
     body = _body(kernels.gemm_lds_f16)  # 4 unrolled K steps, A and B fragments each
-    assert body.count("ds_read_b64") == 8 and "s_barrier" in body
+    # 8 fragments of 8 bytes; merge_access pairs those a ds_read2_b64 can address
+    reads = re.findall(r"(ds_read2?(?:st64)?_b64) v\[(\d+):(\d+)\]", body)
+    assert sum(2 if op.startswith("ds_read2") else 1 for op, _, _ in reads) == 8
+    assert all(int(hi) - int(lo) + 1 == (4 if op.startswith("ds_read2") else 2)
+               for op, lo, hi in reads)
+    assert "s_barrier" in body
 
 
 def test_gemm_builds_through_tvms_llvm_rocm_backend_too():

@@ -18,7 +18,12 @@ from tilewave.codegen.amdgcn import toolchain
 from tilewave.codegen.amdgcn.hazards import mitigate_hazards
 from tilewave.codegen.amdgcn.isel import select
 from tilewave.codegen.amdgcn.kir import Program
-from tilewave.codegen.amdgcn.merge_access import merge_lds_reads, merge_loads, merge_stores
+from tilewave.codegen.amdgcn.merge_access import (
+    merge_lds_reads,
+    merge_loads,
+    merge_short_loads,
+    merge_stores,
+)
 from tilewave.codegen.amdgcn.metadata import (
     KernelResources,
     descriptor_text,
@@ -124,7 +129,7 @@ def compile_device_func(func: tirx.PrimFunc, target: Any) -> CompiledKernel:
     """Run the backend stages on a device PrimFunc (lowered, or written with bindings)."""
     info = _require_asm_target(target)
     selected = select(func, info)
-    merged = merge_lds_reads(merge_loads(merge_stores(fuse(selected))))
+    merged = merge_lds_reads(merge_short_loads(merge_loads(merge_stores(fuse(selected)))))
     fused = drop_final_exec_restore(pair_zero_moves(pack_f32_pairs(merged)))
     limits = {"v": min(ARCH_VGPRS, info.vgprs), "s": info.sgprs}
     scheduled = wait_before_loops(hoist_loads(fused))

@@ -129,7 +129,8 @@ _TABLE.update(
             "buffer_store_dwordx4",
             "buffer_store_short",
             "buffer_store_byte",
-            *(f"global_store_{w}" for w in ("dword", "dwordx2", "dwordx4", "short", "byte")),
+            *(f"global_store_{w}" for w in ("dword", "dwordx2", "dwordx4", "short", "byte",
+                                            "short_d16_hi")),
             # LDS DMA (gather-to-LDS): the data goes to LDS (M0 + lane offset), not to a
             # VGPR. dword on gfx942 and gfx950, dwordx4 on gfx950 only.
             "buffer_load_dword_lds",
@@ -139,12 +140,14 @@ _TABLE.update(
 )
 _TABLE.update(
     {op: OpInfo("ds") for op in ("ds_read_b32", "ds_read_b64", "ds_read_b128", "ds_read_u16",
-                                 "ds_read_u8", "ds_read_i8", "ds_read2_b32", "ds_read2st64_b32")}
+                                 "ds_read_u8", "ds_read_i8", "ds_read2_b32", "ds_read2st64_b32",
+                                 "ds_read2_b64", "ds_read2st64_b64")}
 )
 _TABLE.update(
     {
         op: OpInfo("ds", is_store=True)
         for op in ("ds_write_b32", "ds_write_b64", "ds_write_b128", "ds_write_b16",
+                   "ds_write_b16_d16_hi",
                    "ds_write_b8")
     }
 )

@@ -230,7 +230,12 @@ def renamed(ins: Instr | Label, mapping: dict[VReg, Sub]) -> Instr | Label:
         return ins
 
     def swap(op: Operand) -> Operand:
-        return mapping.get(op, op) if isinstance(op, VReg) else op
+        if isinstance(op, VReg):
+            return mapping.get(op, op)
+        if isinstance(op, Sub) and op.reg in mapping:  # a slice of a register now in a range
+            where = mapping[op.reg]
+            return Sub(where.reg, where.index + op.index, op.width)
+        return op
 
     return replace(ins, defs=[swap(o) for o in ins.defs], uses=[swap(o) for o in ins.uses])
 

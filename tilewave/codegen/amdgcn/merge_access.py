@@ -29,9 +29,20 @@ label, branch, EXEC write, barrier or explicit wait intervenes.
 
 :func:`merge_lds_reads` pairs two ``ds_read_b32`` of one address register (a tree
 reduction's ``S[tx]`` and ``S[tx + 128]``) into one ``ds_read2_b32`` (offsets in dwords,
-8 bits each) or ``ds_read2st64_b32`` (in units of 64 dwords), at the first read, when the
+8 bits each) or ``ds_read2st64_b32`` (in units of 64 dwords), and two ``ds_read_b64`` (MFMA
+fragments of consecutive K steps) into ``ds_read2_b64`` / ``ds_read2st64_b64``, at the
+first read, when the
 second can move up to it: no LDS write, barrier, wait, label, branch or EXEC write between,
 and nothing between touches its destination or writes the address.
+
+:func:`merge_short_loads` turns a run of 2, 4, 6 or 8 ``global_load_ushort`` at consecutive
+2-byte offsets (``B[tx, 0..15]`` of an f16 tile staged into LDS) into one dword load per
+pair: element ``2k`` is the low half of dword ``k``, element ``2k + 1`` its high half. Only
+when every reader of every loaded value is a 16-bit store of it (``ds_write_b16``,
+``global_store_short``): a low half is stored as it is (the store takes the low 16 bits), a
+high half with the ``_d16_hi`` form of the store. The dword accesses need 4-byte alignment
+of the base, which TVM's buffers have (``data_alignment`` 64) and HSA's unaligned access
+mode does not even require.
 """
 
 from __future__ import annotations
@@ -52,7 +63,7 @@ from tilewave.codegen.amdgcn.kir import (
     renamed,
 )
 
-__all__ = ["merge_lds_reads", "merge_loads", "merge_stores"]
+__all__ = ["merge_lds_reads", "merge_loads", "merge_short_loads", "merge_stores"]
 
 Merge = tuple[int, Instr, list[int]]  # (position, wide instruction, positions merged into it)
 
@@ -185,9 +196,10 @@ def merge_stores(program: Program) -> Program:
     return _rewrite(program, "global_store_dword", _store_merge)
 
 
-def _load_run(body: list[Instr | Label], i: int) -> list[int]:
-    """Positions of up to four loads with consecutive offsets, the one at ``i`` (the first
-    in program order) among them, the others movable up to ``i``; ordered by offset."""
+def _load_run(body: list[Instr | Label], i: int, size: int = 4) -> list[int]:
+    """Positions of loads of ``size`` bytes at consecutive offsets spanning at most 16
+    bytes, the one at ``i`` (the first in program order) among them, the others movable up
+    to ``i``; ordered by offset."""
     first = body[i]
     assert isinstance(first, Instr)
     vaddr, saddr = first.uses
@@ -198,15 +210,15 @@ def _load_run(body: list[Instr | Label], i: int) -> list[int]:
             break
         if op_info(ins.opcode).is_store and any(op == saddr for op in ins.uses):
             break  # the same buffer written in between
-        if (ins.opcode == "global_load_dword" and ins.uses[0] == vaddr and ins.uses[1] == saddr
+        if (ins.opcode == first.opcode and ins.uses[0] == vaddr and ins.uses[1] == saddr
                 and _offset(ins) not in by_offset and _untouched(body, i, j, ins.defs[0])):
             by_offset[_offset(ins)] = j
     lo = hi = _offset(first)
-    while lo - 4 in by_offset and hi - lo < 12:
-        lo -= 4
-    while hi + 4 in by_offset and hi - lo < 12:
-        hi += 4
-    return [by_offset[o] for o in range(lo, hi + 4, 4)]
+    while lo - size in by_offset and hi - lo < 16 - size:  # at most 16 bytes in all
+        lo -= size
+    while hi + size in by_offset and hi - lo < 16 - size:
+        hi += size
+    return [by_offset[o] for o in range(lo, hi + size, size)]
 
 
 def _load_merge(body: list[Instr | Label], i: int, ranges: dict[VReg, Sub],
@@ -233,17 +245,19 @@ def merge_loads(program: Program) -> Program:
     return _rewrite(program, "global_load_dword", _load_merge)
 
 
-def _read2_form(first: int, second: int) -> tuple[str, str] | None:
-    """(opcode, modifiers) of a ds_read2 reading byte offsets ``first`` and ``second``."""
-    for opcode, unit in (("ds_read2_b32", 4), ("ds_read2st64_b32", 256)):
+def _read2_form(first: int, second: int, size: int) -> tuple[str, str] | None:
+    """(opcode, modifiers) of a ds_read2 of two ``size``-byte elements at byte offsets
+    ``first`` and ``second``."""
+    bits = 8 * size
+    for opcode, unit in ((f"ds_read2_b{bits}", size), (f"ds_read2st64_b{bits}", 64 * size)):
         if first % unit == 0 and second % unit == 0 and 0 <= first // unit <= 255 \
                 and 0 <= second // unit <= 255:
             return opcode, f"offset0:{first // unit} offset1:{second // unit}"
     return None
 
 
-def _lds_partner(body: list[Instr | Label], i: int) -> int | None:
-    """The position of a ds_read_b32 of the same address that can move up to ``i``."""
+def _lds_partners(body: list[Instr | Label], i: int) -> Iterator[int]:
+    """Positions of reads like ``body[i]`` of the same address that can move up to it."""
     first = body[i]
     assert isinstance(first, Instr)
     address = reg_units(first.uses[0])
@@ -251,32 +265,102 @@ def _lds_partner(body: list[Instr | Label], i: int) -> int | None:
         info = op_info(ins.opcode)
         if (info.unit == "ds" and info.is_store) or any(reg_units(d) & address
                                                          for d in ins.defs):
-            return None
-        if (ins.opcode == "ds_read_b32" and ins.uses[0] == first.uses[0]
+            return
+        if (ins.opcode == first.opcode and ins.uses[0] == first.uses[0]
                 and _untouched(body, i, j, ins.defs[0])):
-            return j
-    return None
+            yield j
 
 
 def _lds_merge(body: list[Instr | Label], i: int, ranges: dict[VReg, Sub],
                removed: set[int]) -> Merge | None:
     ins = body[i]
     assert isinstance(ins, Instr)
-    j = _lds_partner(body, i)
-    if j is None or j in removed:
+    size = 8 if ins.opcode == "ds_read_b64" else 4
+    # the first partner whose offsets a ds_read2 can encode
+    found = next(((j, form) for j in _lds_partners(body, i) if j not in removed
+                  and (form := _read2_form(_offset(ins), _offset(body[j]), size))), None)
+    if found is None:
         return None
+    j, form = found
     second = body[j]
     assert isinstance(second, Instr)
-    form = _read2_form(_offset(ins), _offset(second))
     dsts = [ins.defs[0], second.defs[0]]
-    if form is None or not all(isinstance(d, VReg) and d not in ranges for d in dsts):
+    if not all(isinstance(d, VReg) and d not in ranges for d in dsts):
         return None
-    data = _tuple(dsts, ranges)
+    if size == 4:
+        data = _tuple(dsts, ranges)
+    elif all(d.width == 2 and d.align == 2 and d.fixed is None  # type: ignore[union-attr]
+             for d in dsts) and dsts[0] is not dsts[1]:
+        whole = VReg("v", 4, 2)
+        ranges[dsts[0]], ranges[dsts[1]] = Sub(whole, 0, 2), Sub(whole, 2, 2)  # type: ignore[index]
+        data = Sub(whole, 0, 4)
+    else:
+        data = None
     if data is None:
         return None
     return i, Instr(form[0], [data], [ins.uses[0]], form[1], comment=ins.comment), [j]
 
 
 def merge_lds_reads(program: Program) -> Program:
-    """``program`` with pairs of ``ds_read_b32`` of one address as ``ds_read2*`` (docs)."""
-    return _rewrite(program, "ds_read_b32", _lds_merge)
+    """``program`` with pairs of ``ds_read_b32`` / ``ds_read_b64`` of one address as
+    ``ds_read2*`` (see the module docs)."""
+    return _rewrite(_rewrite(program, "ds_read_b32", _lds_merge), "ds_read_b64", _lds_merge)
+
+
+_HIGH_HALF = {"ds_write_b16": ("ds_write_b16_d16_hi", 1),
+              "global_store_short": ("global_store_short_d16_hi", 1)}
+
+
+def _short_readers(body: list[Instr | Label]) -> dict[VReg, list[int]]:
+    """Positions reading each single VGPR, for registers only 16-bit stores read (as data);
+    a register read any other way, or written twice, is left out."""
+    readers: dict[VReg, list[int]] = {}
+    other: set[VReg] = set()
+    writes: dict[VReg, int] = {}
+    for k, ins in enumerate(body):
+        if not isinstance(ins, Instr):
+            continue
+        for d in ins.defs:
+            if isinstance(d, VReg):
+                writes[d] = writes.get(d, 0) + 1
+        for n, op in enumerate(ins.uses):
+            if not isinstance(op, VReg):
+                continue
+            if ins.opcode in _HIGH_HALF and n == _HIGH_HALF[ins.opcode][1]:
+                readers.setdefault(op, []).append(k)
+            else:
+                other.add(op)
+    return {r: ks for r, ks in readers.items() if r not in other and writes.get(r) == 1}
+
+
+def merge_short_loads(program: Program) -> Program:
+    """``program`` with runs of 16-bit global loads read only by 16-bit stores as dword
+    loads (see the module docs)."""
+    body = list(program.body)
+    readers = _short_readers(body)
+    removed: set[int] = set()
+    for i, ins in enumerate(body):
+        if i in removed or not isinstance(ins, Instr) or ins.opcode != "global_load_ushort":
+            continue
+        run = [k for k in _load_run(body, i, 2) if k not in removed]
+        run = run[:len(run) - len(run) % 2]
+        dsts = [body[k].defs[0] for k in run]  # type: ignore[union-attr]
+        if len(run) < 2 or i not in run or not all(d in readers for d in dsts):
+            continue
+        words = len(run) // 2
+        whole = VReg("v", words, 2 if words > 1 else 1)
+        low = body[run[0]]
+        assert isinstance(low, Instr)
+        data: Operand = Sub(whole, 0, words) if words > 1 else whole
+        body[i] = Instr(_WIDE_LOAD.get(words, "global_load_dword"), [data], list(ins.uses),
+                        low.mods, comment=ins.comment)
+        removed.update(k for k in run if k != i)
+        for half, dst in enumerate(dsts):
+            word: Operand = Sub(whole, half // 2) if words > 1 else whole
+            for k in readers[dst]:
+                user = body[k]
+                assert isinstance(user, Instr)
+                opcode = _HIGH_HALF[user.opcode][0] if half % 2 else user.opcode
+                uses = [word if op is dst else op for op in user.uses]
+                body[k] = replace(user, opcode=opcode, uses=uses)
+    return replace(program, body=[ins for k, ins in enumerate(body) if k not in removed])
