@@ -21,6 +21,7 @@ conditions that do not mention a thread index.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,11 +102,16 @@ class UniformityProof:
         self._premises: dict[int, list[Any]] = {}
         self._collect_premises(func.body, [])
         self._answers: dict[tuple[int, Any], tuple[Any, bool]] = {}
-        self._locals: set[int] = set()
-        self._locals = {
+        self._func = func
+
+    @functools.cached_property
+    def _locals(self) -> set[int]:
+        """The uniform local buffers, by hash (proved on first need: most kernels never ask,
+        and the proof runs once per local store)."""
+        return {
             hash(b)
             for b in uniform_local_buffers(
-                func, lambda expr, uniform: not self._same_for_all(expr, [], uniform)
+                self._func, lambda expr, uniform: not self._same_for_all(expr, [], uniform)
             )
         }
 
@@ -157,7 +163,9 @@ class UniformityProof:
             premises += [c if holds else tirx.Not(c) for c, holds in scope.conditions]
             premises = [scope.resolve(p) for p in premises]
             cond = scope.resolve(cond)
-        return self._same_for_all(cond, premises, self._locals)
+        # the uniform locals matter only to a condition that loads a local buffer
+        locals_ = self._locals if _loads_local([cond, *premises]) else set()
+        return self._same_for_all(cond, premises, locals_)
 
     def _same_for_all(self, expr: Any, premises: list[Any], locals_: Any) -> bool:
         """Whether ``expr`` is proved equal in two arbitrary threads of the block."""
@@ -192,6 +200,20 @@ class UniformityProof:
         finally:
             for ctx in reversed(stack):
                 ctx.__exit__(None, None, None)
+
+
+def _loads_local(exprs: list[Any]) -> bool:
+    """Whether any of ``exprs`` loads a ``local`` buffer."""
+    found: list[Any] = []
+    for expr in exprs:
+        post_order_visit(
+            expr,
+            lambda load: found.append(load)
+            if (buffer_scope(load.source) or "").startswith("local")
+            else None,
+            (ir.expr.TensorLoad,),
+        )
+    return bool(found)
 
 
 def _mentions(expr: Any, variables: Mapping[Any, Any]) -> bool:
