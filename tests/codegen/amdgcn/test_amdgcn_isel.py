@@ -30,9 +30,10 @@ def test_uniform_index_math_on_salu_per_thread_on_valu_with_fusions():
                      r"v_lshl_(add_u32|or_b32) (v\d+), v0, 2, \1\n(.|\n)*"
                      r"global_load_dword v\d+, \4, s\[\d+:\d+\] ", text)
     assert "v_mul_lo_u32" not in text and "v_add_u32" not in text
-    # S[ty*16 + tx] in LDS: adding tx (< 16) to ty*16 is disjoint: an OR, fused with the shift
+    # S[ty*16 + tx] in LDS: the shift fused with the add (per-lane disjoint adds stay adds,
+    # so they can also fuse into v_add3_u32)
     lds = body(kernels.transpose_lds)
-    assert "v_lshl_or_b32" in lds
+    assert "v_lshl_add_u32" in lds
     assert "v_mul_lo_u32" not in lds and "v_add_u32" not in lds
 
 
@@ -155,9 +156,10 @@ def test_loop_invariant_lane_address_is_hoisted_and_the_counter_part_added_once(
     text = body(gemm_long_k)
     loop = _loop_body(text, ".Lgemm_long_k_kernel_loop0")
     # A[m*64 + k*16 + q*4]: the lane part is computed before the loop; in the loop k*16*2
-    # bytes (an SGPR shift) is added to it once, and both loads use that one address
+    # bytes is added to it once (k << 5 shifted inside the add), and both loads use that
     valu = [ln for ln in loop if ln.startswith("v_") and not ln.startswith("v_mfma")]
-    assert len(valu) == 1 and valu[0].startswith("v_add_u32"), valu
+    assert len(valu) == 1 and re.match(r"v_lshl_add_u32 v\d+, s\d+, 5, v\d+", valu[0]), valu
+    assert [ln for ln in loop if ln.startswith("s_lshl")] == []
     loads = [ln for ln in loop if ln.startswith("global_load_dwordx2")]
     assert len(loads) == 2
     assert {ln.split(",")[1].strip() for ln in loads} == {valu[0].split()[1].rstrip(",")}

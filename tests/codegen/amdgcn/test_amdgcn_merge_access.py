@@ -5,6 +5,7 @@ Stage tests on hand-built kernel IR (what merges, what must not), then whole ker
 selected program has the dword accesses, the final assembly the wide ones, the simulator's
 result matches NumPy and LLVM's tools assemble it."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -177,12 +178,30 @@ def test_halo_loads_are_one_wide_load_and_match_numpy(name, wide):
     link_or_skip(c.asm, "gfx942")
 
 
-def test_a_two_sided_bound_on_a_sum_is_one_add3_before_the_compare():
-    # 1 <= by*16 + ty < 31: (by*16 + ty - 1) <u 30 as v_add3_u32, no OR and subtract
+def test_a_two_sided_bound_on_a_sum_is_two_instructions_before_the_compare():
+    # 1 <= by*16 + ty < 31: (by*16 + ty - 1) <u 30: the shift fused into the add, one add
+    # of -1 (no SALU shift, no OR and subtract)
     lines = [ln.split(";")[0].strip() for ln in _compile(kernels.laplacian_2d).asm.splitlines()]
     head = lines[:lines.index(next(ln for ln in lines if ln.startswith("s_and_saveexec")))]
-    assert sum(ln.startswith("v_add3_u32") for ln in head) == 2
-    assert not any(ln.startswith(("v_or_b32", "v_sub_u32")) for ln in head)
+    assert sum(ln.startswith("v_lshl_add_u32") for ln in head) == 2
+    assert sum(bool(re.fullmatch(r"v_add_u32 v\d+, -1, v\d+", ln)) for ln in head) == 2
+    assert not any(ln.startswith(("v_or_b32", "v_sub_u32", "s_lshl")) for ln in head)
+
+
+def test_a_bound_on_a_value_already_computed_reuses_it():
+    # laplacian_2d_lds: x = bx*16 + tx is computed for the halo guards (1 <= x, x < 47);
+    # the final 1 <= x < 47 subtracts 1 from that register instead of recomputing x
+    lines = [ln.split(";")[0].strip()
+             for ln in _compile(kernels.laplacian_2d_lds).asm.split(".size")[0].splitlines()]
+    tail = lines[lines.index("s_barrier"):]
+    head = tail[:tail.index(next(ln for ln in tail if ln.startswith("s_and_saveexec")))]
+    ops_ = [ln.split()[0] for ln in head if ln.startswith(("v_", "s_lshl"))]
+    assert len(ops_) == 4 and ops_.count("v_cmp_gt_u32_e64") == 2, ops_  # one op per bound
+    assert "v_sub_u32" in ops_  # y - 1 from the register the halo guard computed
+    args, grid, block, check = case("laplacian_2d_lds")
+    simulate(_compile(kernels.laplacian_2d_lds).asm, args, grid, block)
+    actual, expected, tol = check()
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
 
 
 def _lds_reads(offsets, between=()):

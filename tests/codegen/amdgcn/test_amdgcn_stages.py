@@ -359,6 +359,23 @@ def test_other_three_operand_fusions(first, second, fused):
     assert out[0].opcode == fused and len(out) == 2
 
 
+@pytest.mark.parametrize(("second", "fused"), [("v_add_u32", "v_lshl_add_u32"),
+                                               ("v_or_b32", "v_lshl_or_b32")])
+def test_a_uniform_shift_read_once_by_valu_is_shifted_inside_it(second, fused):
+    t, s_in = VReg("s"), VReg("s")
+    d, b = VReg("v"), VReg("v")
+    p = prog(Instr("s_lshl_b32", [t], [s_in, Imm.of_int(4)]), Instr(second, [d], [t, b]),
+             Instr("s_endpgm", [], [d]))
+    out = fuse(p).instructions()
+    assert [(i.opcode, i.uses) for i in out[:1]] == [(fused, [s_in, Imm.of_int(4), b])]
+    assert len(out) == 2
+    # two SGPR sources would exceed gfx9's one constant-bus read: not fused
+    other = VReg("s")
+    two = prog(Instr("s_lshl_b32", [t], [s_in, Imm.of_int(4)]), Instr(second, [d], [t, other]),
+               Instr("s_endpgm", [], [d]))
+    assert fuse(two).instructions()[0].opcode == "s_lshl_b32"
+
+
 def test_no_fusion_when_the_temporary_has_two_uses_or_a_literal_would_land_in_vop3():
     t, d, a, b = VReg("v"), VReg("v"), VReg("v"), VReg("v")
     twice = prog(

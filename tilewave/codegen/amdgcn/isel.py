@@ -1128,7 +1128,7 @@ class _Selector(OpSelection, GlobalMemory):
                 for k, x in ((b.a, b.b), (b.b, b.a)):
                     if isinstance(k, tirx.FloatImm):  # a - k*x → fma(-k, x, a), as LLVM
                         return "fma", [tirx.FloatImm(str(k.ty), -k.value), x, a], dtype
-            if kind == "add" and dtype in _INT_TYPES:
+            if kind == "add" and dtype in _INT_TYPES and self.expr_is_uniform(expr):
                 if self.bits.disjoint(a, b) or self.bits.disjoint(b, a):
                     return "or", [a, b], dtype
             if kind == "mul" and dtype == "int32" and self.fits_u24(a) and self.fits_u24(b):
@@ -1480,14 +1480,15 @@ class _Selector(OpSelection, GlobalMemory):
         """``lo <= x < hi`` as one unsigned compare: ``x - lo <u hi - lo`` (x below lo wraps
         to a large unsigned value)."""
         terms, const = self.index_terms(x)
-        if lo and len(terms) == 2 and Imm.of_int(const - lo).is_inline:
+        known = self.values.lookup(self.canonical(x))  # x in a register (another bound)
+        if known is None and lo and len(terms) == 2 and Imm.of_int(const - lo).is_inline:
             # (a + b) - lo as two adds (never an OR of disjoint bits): the peephole makes
             # them one v_add3_u32 (by * 16 + ty - 1: one instruction, not an OR and a sub)
             a, b = (self.expr(t) for t in terms)
             total = self.apply("add", [a, b], "int32")
             value = self.apply("add", [total, Value(Imm.of_int(const - lo), "int32")], "int32")
         else:
-            value = self.expr(x)
+            value = known if known is not None else self.expr(x)
             if lo:
                 value = self.apply("sub", [value, Value(Imm.of_int(lo), "int32")], "int32")
         width = Imm.of_int(hi - lo)

@@ -10,6 +10,7 @@ SGPR — checked with :func:`~tilewave.codegen.amdgcn.isa.valu_operands_ok`):
 ``v_lshlrev_b32 t, k, a`` ; ``v_or_b32 d, t, b``   ``v_lshl_or_b32 d, a, k, b``
 ``v_add_u32 t, a, b`` ; ``v_add_u32 d, t, c``      ``v_add3_u32 d, a, b, c``
 ``v_or_b32 t, a, b`` ; ``v_or_b32 d, t, c``        ``v_or3_b32 d, a, b, c``
+``s_lshl_b32 t, s, k`` ; ``v_add_u32 d, t, b``     ``v_lshl_add_u32 d, s, k, b`` (and ``or``)
 =============================================  =====================================
 
 (Add→or for disjoint bit ranges and power-of-two strength reduction happen during
@@ -40,6 +41,9 @@ FUSIONS: dict[tuple[str, str], str] = {
     ("v_lshlrev_b32", "v_or_b32"): "v_lshl_or_b32",
     ("v_add_u32", "v_add_u32"): "v_add3_u32",
     ("v_or_b32", "v_or_b32"): "v_or3_b32",
+    # a uniform shift read once, by a VALU add/or: shifted inside the VALU op (one SALU op less)
+    ("s_lshl_b32", "v_add_u32"): "v_lshl_add_u32",
+    ("s_lshl_b32", "v_or_b32"): "v_lshl_or_b32",
 }
 
 
@@ -47,6 +51,9 @@ def _fused_sources(first: Instr, second: Instr, tmp: VReg) -> list[object]:
     other = [op for op in second.uses if op is not tmp]
     if first.opcode == "v_lshlrev_b32":
         shift, value = first.uses
+        return [value, shift, *other]
+    if first.opcode == "s_lshl_b32":
+        value, shift = first.uses
         return [value, shift, *other]
     return [*first.uses, *other]
 
