@@ -12,13 +12,14 @@ from typing import Any
 
 from tvm import ir, tirx
 
-from tilewave.ir.walker import TIRVisitor
+from tilewave.ir.walker import TIRVisitor, post_order_visit
 
 __all__ = [
     "SHARED_SCOPES",
     "buffer_scope",
     "is_buffer",
     "is_shared_buffer",
+    "loads_local_buffer",
     "shared_buffers_addressed",
 ]
 
@@ -81,3 +82,16 @@ def shared_buffers_addressed(expr: Any) -> list[ir.expr.Var]:
     collector = _AddressCollector()
     collector.visit(expr)
     return collector.buffers
+
+
+def loads_local_buffer(exprs: list[Any]) -> bool:
+    """Whether any of ``exprs`` loads a ``local``-scope buffer (register arrays)."""
+    found: list[Any] = []
+
+    def check(load: Any) -> None:
+        if (buffer_scope(load.source) or "").startswith("local"):
+            found.append(load)
+
+    for expr in exprs:
+        post_order_visit(expr, check, (ir.expr.TensorLoad,))
+    return bool(found)

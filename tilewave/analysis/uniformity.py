@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,7 +67,12 @@ from tilewave.analysis.named_barrier_order import (
     thread_tags,
 )
 from tilewave.analysis.shared_access import AccessScope, collect_thread_extents, is_leaf_statement
-from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, is_buffer
+from tilewave.analysis.shared_buffers import (
+    SHARED_SCOPES,
+    buffer_scope,
+    is_buffer,
+    loads_local_buffer,
+)
 from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.ir.walker import post_order_visit
@@ -171,8 +177,16 @@ class UniformityAnalysis:
         self._read_only = unwritten_global_buffers(func)
         self._record(func.body, ())
         self._cache: dict[tuple[int, Any], tuple[Any, bool]] = {}
-        self.uniform_locals = uniform_local_buffers(func, self._dependent_in_fixpoint)
-        self._locals = {_key(b): b for b in self.uniform_locals}
+        self._func = func
+
+    @functools.cached_property
+    def uniform_locals(self) -> frozenset[Any]:
+        """The ``local`` buffers equal in every thread (found on first need)."""
+        return uniform_local_buffers(self._func, self._dependent_in_fixpoint)
+
+    @functools.cached_property
+    def _locals(self) -> dict[int, Any]:
+        return {_key(b): b for b in self.uniform_locals}
 
     # -- facts gathered once ---------------------------------------------------------------
     def _record(self, stmt: Any, premises: tuple[Any, ...]) -> None:
@@ -254,7 +268,9 @@ class UniformityAnalysis:
                     premises.append(cond if holds else tirx.Not(cond))
             premises = [scope.resolve(p) for p in premises]
             expr = scope.resolve(expr)
-        return self._classify(expr, premises, self._locals)
+        # the uniform locals (a fixed point over every local store) only matter to loads
+        uniform = self._locals if loads_local_buffer([expr, *premises]) else {}
+        return self._classify(expr, premises, uniform)
 
     def _premises_at(self, expr: Any) -> tuple[Any, ...]:
         for where in (expr, (expr.a, expr.b) if isinstance(expr, tirx.Add) else None):

@@ -29,7 +29,7 @@ from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
 from tilewave.analysis.shared_access import AccessScope, collect_thread_extents, is_leaf_statement
-from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope
+from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, loads_local_buffer
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.analysis.uniformity import unwritten_global_buffers
 from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
@@ -164,7 +164,7 @@ class UniformityProof:
             premises = [scope.resolve(p) for p in premises]
             cond = scope.resolve(cond)
         # the uniform locals matter only to a condition that loads a local buffer
-        locals_ = self._locals if _loads_local([cond, *premises]) else set()
+        locals_ = self._locals if loads_local_buffer([cond, *premises]) else set()
         return self._same_for_all(cond, premises, locals_)
 
     def _same_for_all(self, expr: Any, premises: list[Any], locals_: Any) -> bool:
@@ -200,20 +200,6 @@ class UniformityProof:
         finally:
             for ctx in reversed(stack):
                 ctx.__exit__(None, None, None)
-
-
-def _loads_local(exprs: list[Any]) -> bool:
-    """Whether any of ``exprs`` loads a ``local`` buffer."""
-    found: list[Any] = []
-    for expr in exprs:
-        post_order_visit(
-            expr,
-            lambda load: found.append(load)
-            if (buffer_scope(load.source) or "").startswith("local")
-            else None,
-            (ir.expr.TensorLoad,),
-        )
-    return bool(found)
 
 
 def _mentions(expr: Any, variables: Mapping[Any, Any]) -> bool:
