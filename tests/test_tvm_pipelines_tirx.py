@@ -106,3 +106,56 @@ def test_hopper_tma_wgmma_gemm_emit_gets_the_hand_versions_barriers_and_fences(t
             body = body[body.rindex("__global__") :]
             assert "extern __shared__ __align__(1024)" in body
             assert body.count("__shared__") == 1
+
+
+def _pooled_transpose(pool_bytes: int | None = None):
+    """A TIRx transpose through a tile from TVM's ``SMEMPool`` (a 0-byte ``shared.dyn``
+    pool sized by ``tirx.dyn_smem_bytes``), without a barrier."""
+    from tvm.backend.cuda.lang import SMEMPool
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def pooled_transpose(A: T.Buffer((32, 32), "float32"), B: T.Buffer((32, 32), "float32")):
+        T.func_attr({"global_symbol": "pooled_transpose"})
+        T.device_entry()
+        T.cta_id([1])
+        ty, tx = T.thread_id([32, 32])
+        pool = SMEMPool()
+        tile = pool.alloc((32, 33), "float32")
+        pool.commit(pool_bytes)
+        tile[ty, tx] = A[ty, tx]
+        B[ty, tx] = tile[tx, ty]
+
+    return pooled_transpose
+
+
+def test_smem_pool_kernels_get_their_barrier_under_tilewave_tirx():
+    """TVM's SMEMPool idiom: tilewave-tirx checks the launch's dynamic shared size (the
+    pool's 0 bytes were refused as dead code) and places the barrier; plain tirx races."""
+    from tilewave.tvm_pipelines import launched_dynamic_bytes
+
+    source, captured = DRIVER._compile(_pooled_transpose(), TILEWAVE_TIRX_PIPELINE)
+    assert DRIVER.sync_counts(source)["barriers"] == 1
+    assert DRIVER._hazards(captured["tilewave.InsertSharedBarriers"]) == 0
+    racy_source, racy = DRIVER._compile(_pooled_transpose(), "tirx")
+    assert DRIVER.sync_counts(racy_source)["barriers"] == 0
+    assert DRIVER._hazards(racy["tirx.AnnotateEntryFunc"]) == 1
+    lowered = []
+
+    @tvm.instrument.pass_instrument
+    class Last:
+        def run_after_pass(self, mod, info):
+            if info.name == "tirx.BF16StorageLegalize":  # the last lowering pass
+                lowered.append(mod)
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    with tvm.transform.PassContext(instruments=[Last()]):
+        tvm.compile(_pooled_transpose(), target=target, tir_pipeline=TILEWAVE_TIRX_PIPELINE)
+    assert launched_dynamic_bytes(lowered[-1]) == {"pooled_transpose_kernel": 32 * 33 * 4}
+
+
+def test_smem_pool_over_the_limit_names_the_launch_size():
+    from tilewave.errors import SharedMemoryLimitError
+
+    with pytest.raises(SharedMemoryLimitError, match=r"launched with 300000 bytes .* 232448"):
+        DRIVER._compile(_pooled_transpose(300000), TILEWAVE_TIRX_PIPELINE)

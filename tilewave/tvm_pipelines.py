@@ -29,8 +29,14 @@ from tvm.backend.cuda import transforms as cuda_transforms
 from tvm.s_tir import pipeline as s_tir_pipeline
 from tvm.tirx import compilation_pipeline
 
-from tilewave.errors import UnknownTargetError, where
-from tilewave.input_checks import check_rocm_block_size, check_shared_memory_limit
+from tilewave.analysis.shared_buffers import buffer_scope
+from tilewave.errors import SharedMemoryLimitError, UnknownTargetError, where
+from tilewave.input_checks import (
+    check_rocm_block_size,
+    check_shared_memory_limit,
+    shared_allocations,
+)
+from tilewave.ir.walker import post_order_visit
 from tilewave.pipeline import (
     LowerOptions,
     Stage,
@@ -45,6 +51,8 @@ __all__ = [
     "TILEWAVE_PIPELINE",
     "TILEWAVE_TIRX_PIPELINE",
     "bound_target",
+    "check_tirx_shared_memory",
+    "launched_dynamic_bytes",
     "register_pipelines",
     "sync_stages",
     "tilewave_pipeline",
@@ -56,6 +64,9 @@ __all__ = [
 TILEWAVE_PIPELINE = "tilewave"
 #: TVM's TIRx pipeline with tilewave's synchronisation stages, for TIRx kernels.
 TILEWAVE_TIRX_PIPELINE = "tilewave-tirx"
+#: The attribute TIRx's ``SMEMPool.commit()`` sizes its (0-byte) ``shared.dyn`` pool with.
+DYN_SMEM_ATTR = "tirx.dyn_smem_bytes"
+_DYN_LAUNCH_PARAM = "tirx.use_dyn_shared_memory"
 #: tilewave's synchronisation block in :data:`tilewave.pipeline.STAGES` lies between these.
 _SYNC_BLOCK = ("tirx.AnnotateEntryFunc", "s_tir.ThreadSync")
 
@@ -179,6 +190,68 @@ def tirx_passes(target: TargetInfo, config: dict[str, Any]) -> list[tvm.transfor
     return passes
 
 
+def launched_dynamic_bytes(mod: tvm.IRModule) -> dict[str, int]:
+    """Kernel name -> the dynamic shared memory its host launch (``call_ffi_kernel``) gives
+    it, where that is a constant."""
+    found: dict[str, int] = {}
+
+    def visit(node: Any) -> None:
+        if not isinstance(node, tvm.ir.expr.Call) or not isinstance(node.op, tvm.ir.Op):
+            return
+        if node.op.name != "tirx.call_ffi_kernel" or node.attrs is None:
+            return
+        params = [str(p) for p in node.attrs.launch_params]
+        if _DYN_LAUNCH_PARAM not in params:
+            return
+        size = node.args[len(node.args) - len(params) + params.index(_DYN_LAUNCH_PARAM)]
+        if isinstance(size, tirx.IntImm) and isinstance(node.args[0], tvm.ir.expr.StringImm):
+            found[str(node.args[0].value)] = int(size.value)
+
+    for func in mod.functions.values():
+        if isinstance(func, tirx.PrimFunc):
+            post_order_visit(func.body, visit, (tvm.ir.expr.Call,))
+    return found
+
+
+def check_tirx_shared_memory(mod: tvm.IRModule, target: TargetInfo) -> None:
+    """:func:`tilewave.input_checks.check_shared_memory_limit` for TIRx kernels.
+
+    TVM's ``tvm.backend.cuda.lang.SMEMPool`` allocates its ``shared.dyn`` pool with 0 bytes
+    and states the size in a ``tirx.dyn_smem_bytes`` attribute, which TVM's lowering turns
+    into the dynamic shared memory of the kernel's launch. A kernel launched with such a
+    size is checked with it in place of its ``shared.dyn`` allocations; the others as
+    :func:`tilewave.pipeline.lower` checks them.
+
+    Raises:
+        SharedMemoryLimitError: the static shared buffers plus the launch's dynamic shared
+            memory exceed the target's limit.
+        MalformedKernelError: (kernels without a launch size) see
+            ``check_shared_memory_limit``.
+    """
+    launched = launched_dynamic_bytes(mod)
+    plain = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        declared = launched.get(gvar.name_hint)
+        if declared is None:
+            plain[gvar] = func
+            continue
+        static = [
+            a for a in shared_allocations(func) if buffer_scope(a.stmt.buffer) != "shared.dyn"
+        ]
+        total = declared + sum(a.nbytes or 0 for a in static)
+        if total > target.shared_memory_bytes:
+            raise SharedMemoryLimitError(
+                f"lower: {where(gvar.name_hint)}: the kernel is launched with {declared} bytes "
+                f"of dynamic shared memory (its SMEMPool's {DYN_SMEM_ATTR}), {total} bytes with "
+                f"its static shared buffers, over the {target.shared_memory_bytes}-byte "
+                f"per-block limit of {target.name}. Use smaller tiles or fewer stages."
+            )
+    if plain:
+        check_shared_memory_limit(tvm.IRModule(plain), target)
+
+
 def tilewave_tirx_pipeline() -> PipelineTriple:
     """TVM pipeline factory for ``tir_pipeline="tilewave-tirx"``: :func:`tirx_passes` for the
     target ``tvm.compile`` bound, with TVM's own host and device finalisation for TIRx.
@@ -192,7 +265,7 @@ def tilewave_tirx_pipeline() -> PipelineTriple:
         info = bound_target(mod, TILEWAVE_TIRX_PIPELINE)
         passes = tirx_passes(info, dict(ctx.config))
         lowered = run_stages(passes, mod, info, "tilewave.lower")
-        check_shared_memory_limit(lowered, info)
+        check_tirx_shared_memory(lowered, info)
         check_rocm_block_size(lowered, info)
         return lowered
 
