@@ -30,7 +30,8 @@ sys.path.insert(0, str(HERE.parent / "benchmarks"))
 
 import real_kernels_sm90 as sm90_runner  # noqa: E402
 
-MODULE = "tirx_tma_wgmma_gemm"
+#: the GEMM with the example's mbarrier macros, and with TVM's pipeline helpers
+MODULES = ("tirx_tma_wgmma_gemm", "tirx_tma_wgmma_gemm_helpers")
 #: variant -> (kernel builder attribute, tir_pipeline, role for the runner)
 VARIANTS = {
     "hand": ("hand", "tirx", "hand"),
@@ -57,36 +58,60 @@ def emit(out_dir: Path, compile_with: Any, hazards: Any) -> None:
             (:func:`tirx_h100._compile`).
         hazards: ``IRModule -> int``, the verifier's hazard count (:func:`tirx_h100._hazards`).
     """
-    gemm = importlib.import_module(MODULE)
-    for size_name, size in (("full", (gemm.M, gemm.N, gemm.K)), ("small", gemm.SMALL)):
+    base = importlib.import_module(MODULES[0])
+    for size_name, size in (("full", (base.M, base.N, base.K)), ("small", base.SMALL)):
         size_dir = out_dir / size_name
         size_dir.mkdir(parents=True, exist_ok=True)
-        launch = gemm.launch(*size)
-        entry = {**launch.to_json(), "flops": launch.flops, "nvcc_flags": [], "variants": {}}
-        for variant, (builder, pipeline, role) in VARIANTS.items():
-            source, captured = compile_with(getattr(gemm, builder)(*size), pipeline)
-            checked = captured.get(
-                "tilewave.InsertSharedBarriers", captured["tirx.AnnotateEntryFunc"]
-            )
-            file_name = f"{gemm.NAME}__{variant.replace('+', '_')}.cu"
-            (size_dir / file_name).write_text(source)
-            # TIRx's T.cuda.cta_sync() is a helper that calls __syncthreads(): count it as one
-            counted = source.replace(f"{CTA_SYNC}()", "__syncthreads()")
-            entry["variants"][variant] = {
-                "role": role,
-                "pipeline": pipeline,
-                "file": file_name,
-                "dynamic_smem": sm90_runner._dynamic_smem(captured["tirx.AnnotateEntryFunc"]),
-                "sync": sm90_runner.sync_counts(sm90_runner.kernel_body(counted)),
-                "k_loop_sync": sm90_runner.k_loop_sync(counted),
-                "hazards": hazards(checked),
-            }
-            print(
-                f"{gemm.NAME} {size_name:<5} {variant:<22} "
-                f"{entry['variants'][variant]['sync']} hazards {hazards(checked)}"
-            )
-        manifest = {"kernels": {gemm.NAME: entry}}
+        kernels = {}
+        for module_name in MODULES:
+            gemm = importlib.import_module(module_name)
+            kernels[gemm.NAME] = _emit_kernel(size_dir, gemm, size, compile_with, hazards)
+        manifest = {"kernels": kernels}
         (size_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _dynamic_bytes(mod: Any) -> int:
+    """The kernel's dynamic shared memory: its ``shared.dyn`` allocations, or the size an
+    ``SMEMPool`` declared for its 0-byte pool (``tirx.dyn_smem_bytes``)."""
+    from tvm import tirx
+
+    from tilewave.ir.walker import post_order_visit
+    from tilewave.tvm_pipelines import DYN_SMEM_ATTR
+
+    declared = [0]
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tirx.AttrStmt) and node.attr_key == DYN_SMEM_ATTR:
+            declared.append(int(node.value))
+
+    for func in mod.functions.values():
+        post_order_visit(func.body, visit)
+    return max(sm90_runner._dynamic_smem(mod), *declared)
+
+
+def _emit_kernel(size_dir: Path, gemm: Any, size: tuple, compile_with: Any, hazards: Any) -> dict:
+    """Every variant of one GEMM module at ``size`` into ``size_dir``; its manifest entry."""
+    launch = gemm.launch(*size)
+    entry = {**launch.to_json(), "flops": launch.flops, "nvcc_flags": [], "variants": {}}
+    for variant, (builder, pipeline, role) in VARIANTS.items():
+        source, captured = compile_with(getattr(gemm, builder)(*size), pipeline)
+        checked = captured.get("tilewave.InsertSharedBarriers", captured["tirx.AnnotateEntryFunc"])
+        file_name = f"{gemm.NAME}__{variant.replace('+', '_')}.cu"
+        (size_dir / file_name).write_text(source)
+        # TIRx's T.cuda.cta_sync() is a helper that calls __syncthreads(): count it as one
+        counted = source.replace(f"{CTA_SYNC}()", "__syncthreads()")
+        record = {
+            "role": role,
+            "pipeline": pipeline,
+            "file": file_name,
+            "dynamic_smem": _dynamic_bytes(captured["tirx.AnnotateEntryFunc"]),
+            "sync": sm90_runner.sync_counts(sm90_runner.kernel_body(counted)),
+            "k_loop_sync": sm90_runner.k_loop_sync(counted),
+            "hazards": hazards(checked),
+        }
+        entry["variants"][variant] = record
+        print(f"{gemm.NAME} {size} {variant:<22} {record['sync']} hazards {record['hazards']}")
+    return entry
 
 
 def _timed_launches(size_dir: Path, kernel: str, variants: list[str]) -> dict[str, dict]:
@@ -139,7 +164,15 @@ def run(in_dir: Path) -> int:
     size_dir = in_dir / "full"
     manifest = json.loads((size_dir / "manifest.json").read_text())
     compiled = sm90_runner.compile_all(size_dir)
-    ((kernel, entry),) = manifest["kernels"].items()
+    bad = 0
+    for kernel, entry in manifest["kernels"].items():
+        bad += run_kernel(size_dir, kernel, entry, compiled)
+    return 1 if bad else 0
+
+
+def run_kernel(size_dir: Path, kernel: str, entry: dict, compiled: dict) -> int:
+    """One kernel's variants: check, time, print the table; the number of failed judged
+    variants."""
     judged = [v for v, rec in entry["variants"].items() if rec["role"] != "contrast"]
     results = _timed_launches(size_dir, kernel, judged)
     contrast = [v for v in entry["variants"] if v not in judged]
@@ -189,7 +222,7 @@ def run(in_dir: Path) -> int:
         if "rounds_ms" in r
     }
     print("per-round medians (ms): " + "; ".join(f"{v}: {t}" for v, t in rounds.items()))
-    return 1 if bad else 0
+    return bad
 
 
 def racecheck(in_dir: Path) -> int:
