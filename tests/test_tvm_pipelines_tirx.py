@@ -76,36 +76,41 @@ def test_tilewave_tirx_without_a_gpu_target_names_the_fix():
 
 
 def test_hopper_tma_wgmma_gemm_emit_gets_the_hand_versions_barriers_and_fences(tmp_path):
-    """The TMA + wgmma GEMM as tirx_h100.py --emit writes it for the H100 (both sizes): the
-    stripped kernel through tilewave-tirx has as many block barriers, proxy fences and
-    mbarrier-init fences as the hand one, none in the K loop, verifies clean (the stripped
-    one under plain tirx does not), and the pool is the only, 1024-aligned shared memory."""
+    """The TMA + wgmma GEMMs (the example's mbarrier macros, and TVM's pipeline helpers) as
+    tirx_h100.py --emit writes them for the H100 (both sizes): the stripped kernel through
+    tilewave-tirx has as many block barriers, proxy fences and mbarrier-init fences as the
+    hand one, none in the K loop, verifies clean (the stripped one under plain tirx does not),
+    and one dynamic pool of the kernel's size is its only shared memory (1024-aligned where
+    the example declares it; SMEMPool's is TVM's 64)."""
     import json
 
     hopper = load_example("tirx_h100_hopper.py")
     gemm = load_example("tirx_tma_wgmma_gemm.py")
+    names = {gemm.NAME, load_example("tirx_tma_wgmma_gemm_helpers.py").NAME}
     hopper.emit(tmp_path, DRIVER._compile, DRIVER._hazards)
     for size_name, (m, n, k) in (("full", (gemm.M, gemm.N, gemm.K)), ("small", gemm.SMALL)):
         manifest = json.loads((tmp_path / size_name / "manifest.json").read_text())
-        entry = manifest["kernels"][gemm.NAME]
-        assert (entry["m"], entry["n"], entry["k"]) == (m, n, k)
-        assert entry["grid"] == [m // gemm.BLOCK_M * (n // gemm.BLOCK_N), 1, 1]
-        hand, stripped, synced = (
-            entry["variants"][v] for v in ("hand", "stripped", "stripped+tilewave-tirx")
-        )
-        wanted = {"syncthreads": 2, "fence_proxy_async": 1, "fence_mbarrier_init": 1}
-        assert {kind: hand["sync"][kind] for kind in wanted} == wanted
-        assert sum(stripped["sync"].values()) == 0
-        for kind in wanted:
-            assert 1 <= synced["sync"][kind] <= hand["sync"][kind], (kind, synced["sync"])
-        assert sum(synced["k_loop_sync"].values()) == 0
-        assert (hand["hazards"], synced["hazards"]) == (0, 0) and stripped["hazards"] > 0
-        for record in (hand, stripped, synced):
-            assert record["dynamic_smem"] == gemm.POOL_BYTES
-            body = (tmp_path / size_name / record["file"]).read_text()
-            body = body[body.rindex("__global__") :]
-            assert "extern __shared__ __align__(1024)" in body
-            assert body.count("__shared__") == 1
+        assert set(manifest["kernels"]) == names
+        for name, entry in manifest["kernels"].items():
+            assert (entry["m"], entry["n"], entry["k"]) == (m, n, k)
+            assert entry["grid"] == [m // gemm.BLOCK_M * (n // gemm.BLOCK_N), 1, 1]
+            hand, stripped, synced = (
+                entry["variants"][v] for v in ("hand", "stripped", "stripped+tilewave-tirx")
+            )
+            wanted = {"syncthreads": 2, "fence_proxy_async": 1, "fence_mbarrier_init": 1}
+            assert {kind: hand["sync"][kind] for kind in wanted} == wanted
+            assert sum(stripped["sync"].values()) == 0
+            for kind in wanted:
+                assert 1 <= synced["sync"][kind] <= hand["sync"][kind], (name, synced["sync"])
+            assert sum(synced["k_loop_sync"].values()) == 0
+            assert (hand["hazards"], synced["hazards"]) == (0, 0) and stripped["hazards"] > 0
+            for record in (hand, stripped, synced):
+                assert record["dynamic_smem"] == gemm.POOL_BYTES
+                body = (tmp_path / size_name / record["file"]).read_text()
+                body = body[body.rindex("__global__") :]
+                assert body.count("__shared__") == 1
+                if name == gemm.NAME:
+                    assert "extern __shared__ __align__(1024)" in body
 
 
 def _pooled_transpose(pool_bytes: int | None = None):
