@@ -474,3 +474,12 @@ def test_barrier_invariant_ignores_the_protocol_checks():
     store = tma_store(None)
     assert find_shared_hazards(store, "sm_90a", protocol=False) == []
     assert isinstance(find_shared_hazards(store, "sm_90a")[0], MissingFenceHazard)
+
+
+# -- plain bulk copies (cp.async.bulk, no tensor map) complete on their mbarrier too ------
+
+
+def test_plain_bulk_copy_lands_on_its_mbarrier_wait():
+    assert find_shared_hazards(_racecheck_kernel("tma_load_ok"), "sm_90a") == []
+    hazards = find_shared_hazards(_racecheck_kernel("tma_load_no_wait_bug"), "sm_90a")
+    assert [(h.kind, h.buffer) for h in hazards] == [(HazardKind.RAW, "S")]

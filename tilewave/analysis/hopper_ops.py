@@ -44,7 +44,8 @@ __all__ = [
 _PTX = "tirx.ptx."
 _ADDRESS_UNWRAP = frozenset({"tirx.cuda.cvta_generic_to_shared"})
 _WAIT_PREFIXES = (_PTX + "mbarrier_try_wait", _PTX + "mbarrier_test_wait")
-_TMA_LOAD_PREFIX = _PTX + "cp_async_bulk_tensor_g2s"
+#: loads through the async proxy that complete on an mbarrier: TMA (tensor) and plain bulk
+_TMA_LOAD_PREFIX = (_PTX + "cp_async_bulk_tensor_g2s", _PTX + "cp_async_bulk_g2s")
 #: swizzle code of ``encode_matrix_descriptor`` -> (row bytes, swizzle atom bytes)
 _SWIZZLE_ROWS = {3: (128, 1024), 2: (64, 512), 1: (32, 256)}
 

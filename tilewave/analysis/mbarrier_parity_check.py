@@ -442,7 +442,8 @@ def _name(key: tuple[Any, int]) -> str:
 def _is_mbarrier_call(call: Any) -> bool:
     name = callee_name(call)
     return name.startswith(
-        (_PTX + "mbarrier_", _PTX + "cp_async_bulk_tensor_g2s", "tirx.cuda.mbarrier_wait")
+        (_PTX + "mbarrier_", _PTX + "cp_async_bulk_tensor_g2s", _PTX + "cp_async_bulk_g2s",
+         "tirx.cuda.mbarrier_wait")
     )
 
 
@@ -469,7 +470,7 @@ def _transaction_barriers(body: Any) -> set[Any]:
         if not isinstance(node, ir.expr.Call):
             return
         name = callee_name(node)
-        tma = name.startswith(_PTX + "cp_async_bulk_tensor_g2s")
+        tma = name.startswith((_PTX + "cp_async_bulk_tensor_g2s", _PTX + "cp_async_bulk_g2s"))
         if tma or "expect_tx" in name or "complete_tx" in name:
             element = mbarrier_element(node)
             if element is not None:

@@ -636,7 +636,8 @@ class _AccessCollector(TIRVisitor):
 
 _WGMMA_MMA = "tirx.ptx.wgmma_"
 _MBARRIER_OPS = ("tirx.ptx.mbarrier_", "tirx.cuda.mbarrier_wait")
-_TMA_LOAD = "tirx.ptx.cp_async_bulk_tensor_g2s"
+#: loads that complete on an mbarrier (TMA tensor loads and plain bulk copies)
+_TMA_LOAD = ("tirx.ptx.cp_async_bulk_tensor_g2s", "tirx.ptx.cp_async_bulk_g2s")
 _WGMMA_CONTROL = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit", "tirx.ptx.wgmma_wait")
 
 
