@@ -125,3 +125,12 @@ def test_require_classification_names_op_function_and_fix():
     assert "'mystery_op'" in message
     assert "in function 'my_kernel'" in message
     assert "tilewave.register_intrinsic('mystery_op'" in message
+
+
+def test_a_call_to_another_function_is_named_and_refused_not_a_crash():
+    callee = ir.GlobalVar("helper_fn")
+    call = ir.expr.Call(callee, [tirx.IntImm("int32", 0)], ret_ty="void")
+    assert callee_name(call) == "helper_fn"
+    assert classify_call(call) is None
+    with pytest.raises(UnclassifiedOpError, match="cannot tell what op 'helper_fn' does"):
+        require_classification(call, "kernel", "InsertSharedBarriers")

@@ -251,7 +251,10 @@ def classify(name: str) -> OpEffect | None:
 
 def callee_name(call: ir.expr.Call) -> str:
     """The name a call is classified by: the op name, or the callee of an extern call."""
-    op_name = call.op.name if isinstance(call.op, ir.Op) else str(call.op)
+    if isinstance(call.op, ir.Op):
+        op_name = call.op.name
+    else:  # a call to another function of the module (a GlobalVar)
+        op_name = str(getattr(call.op, "name_hint", call.op))
     if op_name in ("tirx.call_extern", "tirx.call_pure_extern", "tirx.call_llvm_intrin",
                    "tirx.call_llvm_pure_intrin") and len(call.args) > 0:
         first = call.args[0]
@@ -269,7 +272,7 @@ def classify_call(call: ir.expr.Call) -> OpEffect | None:
     """Effects of a ``Call`` expression (see :func:`classify`)."""
     name = callee_name(call)
     effect = classify(name)
-    if effect is None and name != call.op.name:
+    if effect is None and isinstance(call.op, ir.Op) and name != call.op.name:
         effect = _USER.get(call.op.name)
     return effect
 
