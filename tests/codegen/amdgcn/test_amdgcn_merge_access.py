@@ -317,3 +317,30 @@ def test_f16_tile_staged_through_lds_loads_dwords_and_matches_numpy():
                                atol=1e-4)
     link_or_skip(c.asm, "gfx942")
     link_or_skip(_compile(kernels.gemm_lds_f16, "gfx950").asm, "gfx950")
+
+
+def test_a_window_base_of_the_same_buffer_blocks_merging():
+    # A's base and A's base + 4 KiB are different registers but the same buffer: a store
+    # through the window between two loads of A must keep them apart (and vice versa)
+    addr = VReg("v")
+    base, window = VReg("s", 2, 2, name="base_A"), VReg("s", 2, 2, name="base_A")
+    other = VReg("s", 2, 2, name="base_B")
+    x, y = VReg("v"), VReg("v")
+
+    def loads_around(store_base):
+        return Program("k", [
+            Instr("v_mov_b32", [addr], [Imm.of_int(0)]),
+            Instr("global_load_dword", [x], [addr, base]),
+            Instr("global_store_dword", [], [addr, VReg("v"), store_base]),
+            Instr("global_load_dword", [y], [addr, base], "offset:4"),
+            Instr("s_endpgm", [], [x, y])])
+
+    assert "global_load_dwordx2" not in ops(merge_loads(loads_around(window)))
+    assert "global_load_dwordx2" in ops(merge_loads(loads_around(other)))
+    stores = Program("k", [
+        Instr("v_mov_b32", [addr], [Imm.of_int(0)]),
+        Instr("global_store_dword", [], [addr, x, base]),
+        Instr("global_load_dword", [VReg("v")], [addr, window]),
+        Instr("global_store_dword", [], [addr, y, base], "offset:4"),
+        Instr("s_endpgm")])
+    assert "global_store_dwordx2" not in ops(merge_stores(stores))

@@ -192,7 +192,8 @@ class GlobalMemory:
         known = self.windows.get(key)
         if known is not None:
             return known
-        pair = self.vreg("s", 2, 2)
+        # named like the base: later passes tell buffers apart by the base register's name
+        pair = VReg("s", 2, 2, name=buf.base.name if isinstance(buf.base, VReg) else "")
         lo, hi = (Sub(buf.base, 0), Sub(buf.base, 1)) if isinstance(buf.base, VReg) else (
             Sub(buf.base.reg, buf.base.index), Sub(buf.base.reg, buf.base.index + 1))
         add = Instr("s_add_u32", [Sub(pair, 0)], [lo, Imm.of_int(window)])

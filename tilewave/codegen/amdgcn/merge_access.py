@@ -15,9 +15,9 @@ the position of the last one, when
   allocator);
 * the earlier stores can move down to the last: in between, nothing writes their data or
   address registers, no label, branch, EXEC write, barrier or explicit wait intervenes, and
-  no other memory instruction uses the same base register (kernel arguments are distinct
-  allocations, as TVM's own codegen assumes when it marks them ``noalias``; LDS is another
-  address space).
+  no other memory instruction uses the same buffer's base or one of its 4 KiB window
+  bases (kernel arguments are distinct allocations, as TVM's own codegen assumes when it
+  marks them ``noalias``; LDS is another address space).
 
 :func:`merge_loads` is the mirror for loads (a stencil's ``A[i - 1]``, ``A[i]``,
 ``A[i + 1]``: offsets ``-4, 0, 4``, one ``dwordx3``): a run of two to four
@@ -79,6 +79,17 @@ def _offset(ins: Instr) -> int:
     return 0
 
 
+def _same_buffer(a: Operand, b: Operand) -> bool:
+    """Whether base operands ``a`` and ``b`` may address the same buffer: the same
+    register, or base pairs named for the same argument (a buffer's base and its 4 KiB
+    window bases share the name ``base_<buffer>``)."""
+    if a == b:
+        return True
+    name_a = getattr(a, "name", "") or getattr(getattr(a, "reg", None), "name", "")
+    name_b = getattr(b, "name", "") or getattr(getattr(b, "reg", None), "name", "")
+    return bool(name_a) and name_a == name_b
+
+
 def _blocks_motion(ins: Instr | Label) -> bool:
     if isinstance(ins, Label) or ins.target is not None:
         return True
@@ -137,7 +148,7 @@ def _run(body: list[Instr | Label], i: int, width: int) -> list[int] | None:
             if len(found) == width:
                 return found
             continue
-        if info.unit in ("vmem", "smem") and any(op == saddr for op in ins.uses):
+        if info.unit in ("vmem", "smem") and any(_same_buffer(op, saddr) for op in ins.uses):
             return None  # the same buffer read or written in between
         moved = set().union(*(reg_units(body[k].uses[1]) for k in found))  # type: ignore[union-attr]
         moved |= reg_units(vaddr) | reg_units(saddr)
@@ -208,7 +219,7 @@ def _load_run(body: list[Instr | Label], i: int, size: int = 4) -> list[int]:
     for j, ins in _window(body, i):
         if any(reg_units(d) & address for d in ins.defs):
             break
-        if op_info(ins.opcode).is_store and any(op == saddr for op in ins.uses):
+        if op_info(ins.opcode).is_store and any(_same_buffer(op, saddr) for op in ins.uses):
             break  # the same buffer written in between
         if (ins.opcode == first.opcode and ins.uses[0] == vaddr and ins.uses[1] == saddr
                 and _offset(ins) not in by_offset and _untouched(body, i, j, ins.defs[0])):
