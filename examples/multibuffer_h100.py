@@ -9,11 +9,15 @@ Three variants are emitted as CUDA source for sm_90a:
 
 * ``single``: one shared tile, barriers after the copy (RAW) and after the compute (WAR);
 * ``double``: the same kernel through ``tilewave.build(..., multi_buffer_count=2)``;
-* ``double_nowar``: the kernel *without* the WAR barrier, double-buffered: correct only
-  because iteration ``k+1`` writes the other copy (the barrier of iteration ``k+1`` orders
-  iteration ``k``'s reads before iteration ``k+2``'s writes);
+* ``double_nowar``: the kernel *without* the WAR barrier, double-buffered: racy. With a
+  multi-buffer count, tilewave's pipeline also prefetches (``PrefetchAsyncCopies``): the
+  copy of tile ``k+1`` issues at the top of iteration ``k``, into the copy iteration ``k-1``
+  read, before that iteration's barrier, so without the WAR barrier nothing orders those
+  reads first (``compute-sanitizer --tool racecheck`` and ``tilewave.racecheck`` both flag
+  it). Shown for contrast, not part of PASS/FAIL (it used to be checked, from before the
+  prefetch existed);
 * ``single_nowar``: the kernel without the WAR barrier and single-buffered: racy, shown for
-  contrast (``compute-sanitizer --tool racecheck`` flags it); not part of PASS/FAIL.
+  contrast too.
 
 Two steps, on two machines:
 
@@ -21,9 +25,9 @@ Two steps, on two machines:
   ``DIR/<variant>.cu`` and ``DIR/manifest.json``;
 * ``python multibuffer_h100.py --run DIR`` (needs nvcc, cupy, numpy; torch optional; no TVM)
   compiles each file with ``nvcc -gencode=arch=compute_90a,code=sm_90a -cubin``, runs it on
-  random data and checks ``double == single`` (bit for bit), ``double_nowar == single`` and
-  both against a NumPy (and PyTorch, when present) reference. Prints PASS/FAIL; exits
-  non-zero on any mismatch.
+  random data and checks ``double == single`` (bit for bit) and ``single`` against a NumPy
+  (and PyTorch, when present) reference; the two racy variants are printed, not checked.
+  Prints PASS/FAIL; exits non-zero on any mismatch.
 """
 
 from __future__ import annotations
@@ -187,8 +191,6 @@ def run(in_dir: Path) -> int:
     expected = reference(a, w, rows, tile, tiles, window)
     checks = [
         ("double == single (bitwise)", np.array_equal(outputs["double"], outputs["single"])),
-        ("double_nowar == single (bitwise)",
-         np.array_equal(outputs["double_nowar"], outputs["single"])),
         ("single ~= numpy", np.allclose(outputs["single"], expected, rtol=1e-4, atol=1e-4)),
     ]
     torch_out = torch_reference(a, w, rows, tile, tiles, window)
@@ -198,9 +200,10 @@ def run(in_dir: Path) -> int:
         )
     else:
         print("torch not available: skipping the PyTorch comparison")
-    if "single_nowar" in outputs:
-        same = np.array_equal(outputs["single_nowar"], outputs["single"])
-        print(f"info  single_nowar == single: {same} (racy kernel, not checked)")
+    for racy in ("double_nowar", "single_nowar"):
+        if racy in outputs:
+            same = np.array_equal(outputs[racy], outputs["single"])
+            print(f"info  {racy} == single: {same} (racy kernel, not checked)")
     for label, ok in checks:
         print(f"{'PASS' if ok else 'FAIL'}  {label}")
     failed = [label for label, ok in checks if not ok]
