@@ -165,3 +165,14 @@ def test_an_index_used_with_two_element_sizes_is_one_shift_apart():
     simulate(c.asm, args, grid, block)
     actual, expected, _ = check()
     np.testing.assert_array_equal(actual, expected)
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, kernels.N])
+def test_guarded_kernel_at_edge_sizes(n):
+    # the guard alone keeps global accesses inside the buffers (there is no range check):
+    # every lane at or past n takes the else branch
+    a = np.random.default_rng(n).standard_normal(kernels.N).astype(np.float32)
+    b = np.zeros(kernels.N, np.float32)
+    simulate(compiled(kernels.guarded_scale).asm, [a, b, n], (kernels.N // 64, 1, 1),
+             (64, 1, 1))
+    np.testing.assert_array_equal(b, np.where(np.arange(kernels.N) < n, a * 2, -1))
