@@ -274,3 +274,36 @@ def test_the_property_sees_both_outcomes():
     with tvm.transform.PassContext():
         for case in cases:
             test_both_models_match_brute_force_byte_overlap.hypothesis.inner_test(case)
+
+
+@T.prim_func
+def pointer_reach(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        P = T.alloc_buffer((512,), "uint8", scope="shared")
+        X = T.decl_buffer((64,), "float32", data=P.data, scope="shared")
+        Y = T.decl_buffer((64,), "float32", data=P.data, scope="shared")
+        X[tx] = A[tx]
+        T.call_extern("void", "consume", T.address_of(Y[64 + tx % 2]))
+        T.call_extern("void", "consume", T.address_of(Y[tx % 2]))
+
+
+def test_a_pointer_reaches_from_its_address_to_the_allocations_end():
+    """An opaque reader of ``&Y[64 + k]`` (past Y's declared shape, as TIRx's flattened
+    views are) cannot touch the bytes X[0..31] wrote below it; ``&Y[k]`` can."""
+    import tilewave
+
+    tilewave.register_intrinsic("consume", kind="reads_shared")
+    try:
+        seq = pointer_reach.body.body.seq
+        storage = storage_map(pointer_reach)
+        extents = collect_thread_extents(pointer_reach)
+        write = statement_accesses(seq[3], storage=storage)[-1]
+        far, near = (statement_accesses(seq[i], storage=storage)[-1] for i in (4, 5))
+        assert far.indices is None and far.start is not None
+        assert not may_conflict(write, far, extents) and may_conflict(write, near, extents)
+        model = SharedMemoryModel(pointer_reach)
+        plain = [statement_accesses(seq[i])[-1] for i in (3, 4, 5)]
+        assert not model.conflict(plain[0], plain[1], extents)
+        assert model.conflict(plain[0], plain[2], extents)
+    finally:
+        tilewave.unregister_intrinsic("consume")

@@ -47,6 +47,7 @@ from tilewave.analysis.storage_identity import (
     BufferStorage,
     StorageMap,
     StorageRelation,
+    address_start,
     common_unit,
     storage_relation,
     unit_index,
@@ -283,6 +284,9 @@ class SharedAccess:
     #: where the buffer's bytes are (:mod:`tilewave.analysis.storage_identity`); ``None``
     #: when the caller gave no storage map (then two buffers are two memories)
     storage: BufferStorage | None = field(default=None, repr=False)
+    #: for an access through a pointer (``indices`` None): the indices the pointer takes
+    #: the address of (``()``: the buffer's data pointer); it reaches from there on
+    start: tuple[Any, ...] | None = field(default=None, repr=False)
 
     @functools.cached_property
     def resolved_indices(self) -> tuple[Any, ...] | None:
@@ -598,6 +602,7 @@ class _AccessCollector(TIRVisitor):
                 region = copy_region(node, buffer)
                 if region is None:
                     self.add(buffer, kind, None, None, domain, collective, barrier)
+                    self.accesses[-1].start = address_start(node, buffer)
                     continue
                 indices, var, count = region
                 zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
@@ -823,6 +828,15 @@ def _bounds(expr: Any, ranges: Mapping[Any, tuple[int, int]]) -> tuple[int, int]
             return max(a[0], b[0]), max(a[1], b[1])
         products = [x * y for x in a for y in b]
         return min(products), max(products)
+    if isinstance(expr, (tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor)):
+        # non-negative operands: `&` stays below both, `|` and `^` below the next power of 2
+        # (XOR-swizzled tile indices, `(c ^ row % 8) * 4`)
+        a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
+        if a is None or b is None or min(a[0], b[0]) < 0:
+            return None
+        if isinstance(expr, tirx.BitwiseAnd):
+            return 0, min(a[1], b[1])
+        return 0, (1 << max(a[1], b[1]).bit_length()) - 1
     if isinstance(expr, (tirx.FloorMod, tirx.FloorDiv)):
         a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
         if a is None or b is None or b[0] != b[1] or b[0] <= 0:
@@ -1011,7 +1025,7 @@ def _on_one_storage(a: SharedAccess, b: SharedAccess) -> bool | tuple[SharedAcce
     relation = storage_relation(a.storage, b.storage)
     if relation is StorageRelation.DISTINCT:
         return False
-    if relation is StorageRelation.UNKNOWN or a.indices is None or b.indices is None:
+    if relation is StorageRelation.UNKNOWN:
         return True
     unit = common_unit(a.storage, b.storage)
     view_a, view_b = _unit_view(a, unit), _unit_view(b, unit)
@@ -1032,12 +1046,15 @@ def _unit_view(access: SharedAccess, unit: int) -> SharedAccess | None:
     if unit in views:
         return views[unit]
     storage = access.storage
-    index = None
+    index, count = None, 0
     if storage is not None and storage.root is not None and access.indices is not None:
-        index = unit_index(storage, access.indices, unit)
+        index, count = unit_index(storage, access.indices, unit), storage.itemsize // unit
+    elif storage is not None and access.start is not None and storage.root_bytes is not None:
+        # through a pointer: from its address to (at most) the allocation's end
+        index, count = storage.start_unit(access.start, unit), storage.root_bytes // unit
     view = None
     if index is not None and storage is not None and storage.root is not None:
-        view = access.spread_over(storage.root, index, storage.itemsize // unit)
+        view = access.spread_over(storage.root, index, count)
     views[unit] = view
     return view
 

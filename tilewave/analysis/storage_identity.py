@@ -50,6 +50,7 @@ __all__ = [
     "BufferStorage",
     "StorageMap",
     "StorageRelation",
+    "address_start",
     "common_unit",
     "dynamic_shared_placed_apart",
     "storage_map",
@@ -97,12 +98,22 @@ class BufferStorage:
     #: handle of the ``SeqStmt`` allocating the root and the first and last of its items
     #: that use it; ``None`` when unknown
     lifetime: tuple[int, int, int] | None = None
+    #: the root allocation's size in bytes (``None``: not constant)
+    root_bytes: int | None = None
 
     @property
     def elem_offset(self) -> int | None:
         """The buffer's constant ``elem_offset`` (``None`` when symbolic)."""
         offset = self.buffer.ty.elem_offset
         return int(offset.value) if isinstance(offset, tirx.IntImm) else None
+
+    def start_unit(self, start: tuple[Any, ...], unit: int) -> Any | None:
+        """The first ``unit``-sized slot of the root at an address into the buffer:
+        ``start`` is the indices of ``T.address_of(buffer[start])``, ``()`` the data
+        pointer itself (``buffer.data``)."""
+        if start:
+            return unit_index(self, start, unit)
+        return None if self.base is None else tirx.IntImm("int32", self.base // unit)
 
     def flat_index(self, indices: tuple[Any, ...]) -> Any | None:
         """The element offset from the data pointer of ``self.buffer[indices]`` (row-major
@@ -135,6 +146,39 @@ def _row_major(shape: list[Any]) -> list[Any]:
         strides.append(running)
         running = running * extent
     return strides[::-1]
+
+
+def _allocation_bytes(buffer: ir.expr.Var) -> int | None:
+    count = 1
+    for extent in buffer.ty.shape:
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        count *= int(extent.value)
+    return count * _itemsize(buffer)
+
+
+def address_start(call: Any, buffer: ir.expr.Var) -> tuple[Any, ...] | None:
+    """Where a call that takes ``buffer``'s address points into it: the indices of its
+    ``T.address_of(buffer[...])``, ``()`` for ``buffer.data``, ``None`` when it does
+    neither (or does it more than once)."""
+    found: list[tuple[Any, ...]] = []
+
+    def check(node: Any) -> None:
+        if not isinstance(node, ir.expr.Call) or not isinstance(node.op, ir.Op):
+            return
+        args = node.args
+        if node.op.name == "tirx.buffer_data" and args and args[0].same_as(buffer):
+            found.append(())
+        elif (
+            node.op.name == "tirx.address_of"
+            and args
+            and type(args[0]).__name__ == "TensorLoad"
+            and args[0].source.same_as(buffer)
+        ):
+            found.append(tuple(args[0].indices))
+
+    post_order_visit(call, check)
+    return found[0] if len(found) == 1 else None
 
 
 def _itemsize(buffer: ir.expr.Var) -> int:
@@ -217,7 +261,10 @@ def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) ->
         if isinstance(node, tirx.AllocBuffer):
             buffer = node.buffer
             if buffer_scope(buffer) in SHARED_SCOPES:
-                storages[buffer] = BufferStorage(buffer, buffer, 0, _itemsize(buffer), pool(buffer))
+                storages[buffer] = BufferStorage(
+                    buffer, buffer, 0, _itemsize(buffer), pool(buffer),
+                    root_bytes=_allocation_bytes(buffer),
+                )
         elif isinstance(node, tirx.DeclBuffer) and buffer_scope(node.buffer) in SHARED_SCOPES:
             storages[node.buffer] = _view(node, storages, pool)
 
@@ -306,7 +353,9 @@ def _view(
         flat = parent.flat_index(indices)
         offset = _constant(flat) if flat is not None else None
         base = None if offset is None else base + offset * parent.itemsize
-    return BufferStorage(buffer, parent.root, base, size, parent.pool, parent.lifetime)
+    return BufferStorage(
+        buffer, parent.root, base, size, parent.pool, parent.lifetime, parent.root_bytes
+    )
 
 
 def storage_relation(a: BufferStorage, b: BufferStorage) -> StorageRelation:

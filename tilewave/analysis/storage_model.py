@@ -52,6 +52,18 @@ def _element_bytes(buffer: Any) -> int:
     return max(1, (dtype.bits * dtype.lanes + 7) // 8)
 
 
+def _allocation_bytes(allocation: Any) -> int | None:
+    """Bytes of an allocation with a constant shape."""
+    if allocation is None:
+        return None
+    total = _element_bytes(allocation)
+    for extent in allocation.ty.shape:
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        total *= int(extent.value)
+    return total
+
+
 def _linear_offset(buffer: Any, indices: list[Any]) -> Any | None:
     """``buffer[indices]``'s element offset from its data pointer, or None."""
     ty = buffer.ty
@@ -245,12 +257,20 @@ class SharedMemoryModel:
         if access in self._bytes:
             return self._bytes[access]
         place = self._placement(access.buffer)
-        offset = None
-        if access.indices is not None and place.byte is not None:
-            offset = _linear_offset(access.buffer, list(access.indices))
+        # an element covers `size` bytes; a pointer (no indices) reaches from its address to
+        # at most the allocation's end
+        elements, reach = access.indices, place.size
+        if elements is None and access.start is not None:
+            elements, reach = access.start, _allocation_bytes(place.allocation)
         found = None
-        if offset is not None and place.byte is not None:
-            first = offset * place.size + place.byte  # its first byte
-            found = access.spread_over(place.allocation, first, place.size)
+        if elements is not None and place.byte is not None and reach is not None:
+            offset = (
+                _linear_offset(access.buffer, list(elements))
+                if elements
+                else tirx.IntImm("int32", 0)  # the data pointer: element 0's address
+            )
+            if offset is not None:
+                first = offset * place.size + place.byte  # its first byte
+                found = access.spread_over(place.allocation, first, reach)
         self._bytes[access] = found
         return found
