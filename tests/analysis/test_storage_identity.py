@@ -307,3 +307,50 @@ def test_a_pointer_reaches_from_its_address_to_the_allocations_end():
         assert model.conflict(plain[0], plain[2], extents)
     finally:
         tilewave.unregister_intrinsic("consume")
+
+
+@T.prim_func
+def pool_parts(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        pool = T.alloc_buffer((1024,), "uint8", scope="shared.dyn")
+        P = T.decl_buffer((64,), "float32", data=pool.data, scope="shared.dyn")
+        Q = T.decl_buffer((64,), "float32", data=T.address_of(pool[256]), scope="shared.dyn")
+        R = T.decl_buffer((64,), "float32", data=T.address_of(pool[128]), scope="shared.dyn")
+        P[tx] = A[tx]
+        Q[tx] = A[tx]
+        R[tx] = A[tx]
+
+
+def test_views_of_disjoint_parts_of_one_allocation_are_apart():
+    found = buffers(pool_parts)
+    storage = storage_map(pool_parts)
+    p, q, r = (storage.of(found[n]) for n in "PQR")
+    assert (p.byte_span, q.byte_span, r.byte_span) == ((0, 256), (256, 512), (128, 384))
+    assert storage_relation(p, q) is StorageRelation.DISTINCT  # bytes 0-255 and 256-511
+    assert storage_relation(p, r) is StorageRelation.SAME  # 128-255 shared
+    assert storage_relation(q, r) is StorageRelation.SAME
+
+
+@T.prim_func
+def pool_parts_race(A: T.Buffer((64,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        pool = T.alloc_buffer((1024,), "uint8", scope="shared.dyn")
+        P = T.decl_buffer((64,), "float32", data=pool.data, scope="shared.dyn")
+        Q = T.decl_buffer((64,), "float32", data=T.address_of(pool[256]), scope="shared.dyn")
+        R = T.decl_buffer((64,), "float32", data=T.address_of(pool[128]), scope="shared.dyn")
+        P[tx + 32] = A[tx]
+        A[tx] = Q[31 - tx] + R[31 - tx]
+
+
+def test_both_models_order_only_the_overlapping_view():
+    from tilewave.analysis.shared_hazards import find_shared_hazards
+    from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
+
+    # P's elements 32..63 are bytes 128..255: R (from byte 128) reads them, Q does not
+    hazards = find_shared_hazards(pool_parts_race, "sm_90a")
+    assert [(h.kind.name, h.first.buffer_name, h.second.buffer_name) for h in hazards] == [
+        ("RAW", "P", "R")
+    ]
+    after = insert_shared_barriers(pool_parts_race, "sm_90a")
+    assert find_shared_hazards(after, "sm_90a") == []
+    assert after.script().count("lds_barrier") == 1

@@ -14,7 +14,8 @@ Two shared buffers are the same memory more often than their names suggest:
 :class:`BufferStorage`: its *root* allocation, the byte offset of its data in the root and
 its element size. :func:`storage_relation` says what two buffers share:
 
-* ``SAME``: one root, both byte offsets known; :func:`unit_index` then writes an access's
+* ``SAME``: one root, both byte offsets known, byte spans (offset, shape and element size)
+  that may meet; :func:`unit_index` then writes an access's
   index in units common to both element sizes, and the element-level proof of
   :func:`tilewave.analysis.shared_access.may_conflict` compares the two;
 * ``UNKNOWN``: memory that may overlap at an unknown offset (two ``shared.dyn`` roots that
@@ -100,6 +101,23 @@ class BufferStorage:
     lifetime: tuple[int, int, int] | None = None
     #: the root allocation's size in bytes (``None``: not constant)
     root_bytes: int | None = None
+
+    @property
+    def byte_span(self) -> tuple[int, int] | None:
+        """``[first, end)`` bytes of ``root`` the buffer's elements can occupy (its
+        ``elem_offset`` and constant shape/strides, accesses in bounds); ``None`` when not
+        constant."""
+        offset = self.elem_offset
+        ty = self.buffer.ty
+        shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in ty.shape]
+        if self.base is None or offset is None or None in shape or 0 in shape:
+            return None
+        strides = list(ty.strides) or _row_major(list(ty.shape))
+        steps = [int(s.value) if isinstance(s, tirx.IntImm) else None for s in strides]
+        if None in steps or len(steps) != len(shape) or min(steps, default=0) < 0:
+            return None
+        last = offset + sum((n - 1) * step for n, step in zip(shape, steps, strict=True))
+        return self.base + offset * self.itemsize, self.base + (last + 1) * self.itemsize
 
     @property
     def elem_offset(self) -> int | None:
@@ -365,6 +383,11 @@ def storage_relation(a: BufferStorage, b: BufferStorage) -> StorageRelation:
     if a.root.same_as(b.root):
         if a.base is None or b.base is None:
             return StorageRelation.UNKNOWN
+        span_a, span_b = a.byte_span, b.byte_span
+        if span_a is not None and span_b is not None and (
+            span_a[1] <= span_b[0] or span_b[1] <= span_a[0]
+        ):
+            return StorageRelation.DISTINCT  # views of disjoint parts of one allocation
         return StorageRelation.SAME
     if a.pool is not None and a.pool == b.pool and not _live_together(a, b):
         return StorageRelation.UNKNOWN

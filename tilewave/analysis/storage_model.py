@@ -182,6 +182,10 @@ class _Lifetimes(TIRVisitor):
         return min(ua[1]) <= max(ub[1]) and min(ub[1]) <= max(ua[1])
 
 
+def _apart(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
+    return a is not None and b is not None and (a[1] <= b[0] or b[1] <= a[0])
+
+
 class SharedMemoryModel:
     """The verifier's picture of one function's shared memory (see the module doc).
 
@@ -247,10 +251,35 @@ class SharedMemoryModel:
         unknown = self.overlap_unknown(a, b)
         if unknown is not None:
             return unknown
+        if _apart(self._extent(a.buffer), self._extent(b.buffer)):
+            return False  # two views of disjoint parts of one allocation
         bytes_a, bytes_b = self._as_bytes(a), self._as_bytes(b)
         if bytes_a is None or bytes_b is None:
             return True
         return may_conflict(bytes_a, bytes_b, thread_extents, iterations, positions, finished)
+
+    def _extent(self, buffer: Any) -> tuple[int, int] | None:
+        """Bytes of its allocation that ``buffer``'s in-bounds elements lie in: from the
+        byte of element 0 to the last element's end (``None``: not constant)."""
+        place = self._placement(buffer)
+        if any(not isinstance(s, tirx.IntImm) or int(s.value) < 0 for s in buffer.ty.strides):
+            return None  # the corners need not be the lowest and highest elements
+        first = _linear_offset(buffer, [tirx.IntImm("int32", 0) for _ in buffer.ty.shape])
+        last = _linear_offset(
+            buffer,
+            [
+                tirx.IntImm("int32", int(n.value) - 1) if isinstance(n, tirx.IntImm) else n
+                for n in buffer.ty.shape
+            ],
+        )
+        if place.byte is None or first is None or last is None:
+            return None
+        low = tvm.sym.analyzer.Analyzer().simplify(tvm.runtime.convert(first))
+        high = tvm.sym.analyzer.Analyzer().simplify(tvm.runtime.convert(last))
+        if not (isinstance(low, tirx.IntImm) and isinstance(high, tirx.IntImm)):
+            return None
+        lo, hi = sorted((int(low.value), int(high.value)))
+        return place.byte + lo * place.size, place.byte + (hi + 1) * place.size
 
     def _as_bytes(self, access: SharedAccess) -> SharedAccess | None:
         """``access`` as an access of its allocation's bytes (cached per access)."""
