@@ -297,3 +297,18 @@ def test_substituting_a_constant_then_simplifying_matches_python(expr, x_value):
     folded = Analyzer().simplify(substituted)
     assert isinstance(folded, tirx.IntImm)
     assert folded.value == _evaluate(expr, x_value)
+
+
+class _Refuse(TIRVisitor):
+    def visit_BufferStore(self, node):
+        raise ValueError("refused: a store")
+
+
+def test_an_exception_from_a_visit_method_arrives_unchanged():
+    # the walk runs in C++: the exception must come back as raised, with no IR text added
+    with pytest.raises(ValueError) as caught:
+        _Refuse().visit(every_node_kind.body)
+    assert str(caught.value) == "refused: a store"
+    with pytest.raises(KeyError) as caught:
+        post_order_visit(every_node_kind.body, lambda node: {}["missing"])
+    assert caught.value.args == ("missing",)

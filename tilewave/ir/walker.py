@@ -114,6 +114,10 @@ class TIRVisitor:
 
     #: the C++ structural visitor of the walk in progress (``None`` outside a walk)
     _active: Any = None
+    #: an exception a ``visit_<Name>`` method raised inside the C++ walk: the walk stops
+    #: and it is raised again, unchanged, in Python (an exception crossing the C++ walker
+    #: would come back with TVM's IR-location text appended to its message)
+    _failure: BaseException | None = None
 
     def visit(self, node: Any) -> None:
         """Visit ``node`` (a Stmt, Expr, IterVar, Range, or a list/array of them)."""
@@ -125,6 +129,7 @@ class TIRVisitor:
             return
         if self._active is not None:
             _visitor_visit(self._active, node)
+            self._reraise()
             return
         if _walks_in_python(type(self)):
             method = getattr(self, "visit_" + type(node).__name__, None)
@@ -134,11 +139,18 @@ class TIRVisitor:
                 self.generic_visit(node)
             return
         _structural_visit(node, self._entries())
+        self._reraise()
+
+    def _reraise(self) -> None:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
 
     def generic_visit(self, node: Any) -> None:
         """Visit every child of ``node``."""
         if self._active is not None:
             _default_visit(self._active, node)
+            self._reraise()
             return
         if isinstance(node, _LEAF_TYPES):
             return
@@ -162,12 +174,16 @@ class TIRVisitor:
         for name, index in _visit_methods(type(self)):
             method = getattr(self, name)
 
-            def dispatch(value: Any, visitor: Any, method: Callable[[Any], Any] = method) -> None:
+            def dispatch(value: Any, visitor: Any, method: Callable[[Any], Any] = method) -> Any:
                 outer, self._active = self._active, visitor
                 try:
                     method(value)
+                except BaseException as failure:
+                    self._failure = failure
+                    return tvm_ffi.VisitInterrupt()
                 finally:
                     self._active = outer
+                return None
 
             entries.append((index, dispatch))
         return entries
@@ -383,14 +399,27 @@ def post_order_visit(
             post_order_visit(item, callback, types)
         return
 
-    def on_node(value: Any, visitor: Any) -> None:
-        _default_visit(visitor, value)
-        callback(value)
+    failures: list[BaseException] = []
 
-    def on_call(value: Any, visitor: Any) -> None:
-        callback(value.op)
-        _default_visit(visitor, value)
-        callback(value)
+    def guarded(step: Callable[[], None]) -> Any:
+        # an exception crossing the C++ walker comes back with TVM's IR-location text
+        # appended: stop the walk instead and raise it again, unchanged, below
+        try:
+            step()
+        except BaseException as failure:
+            failures.append(failure)
+            return tvm_ffi.VisitInterrupt()
+        return None
+
+    def on_node(value: Any, visitor: Any) -> Any:
+        if _default_visit(visitor, value) is not None or failures:
+            return tvm_ffi.VisitInterrupt()
+        return guarded(lambda: callback(value))
+
+    def on_call(value: Any, visitor: Any) -> Any:
+        if guarded(lambda: callback(value.op)) is not None:
+            return tvm_ffi.VisitInterrupt()
+        return on_node(value, visitor)
 
     entries = [(_TYPE_ENTRY, _prune)]
     if types is None:
@@ -399,3 +428,5 @@ def post_order_visit(
     else:
         entries += [(_TYPE_INDEX(cls, api_name="tilewave.walker"), on_node) for cls in types]
     _structural_visit(node, entries)
+    if failures:
+        raise failures[0]
