@@ -14,7 +14,7 @@ Two machines:
 * ``python examples/tirx_h100.py --emit DIR`` (TVM + tilewave, no GPU) writes
   ``DIR/<kernel>__<variant>.cu`` and ``DIR/manifest.json``: launch shape, arguments, the
   synchronisation statements of each source, and the shared-memory hazards tilewave's
-  verifier finds in each variant's IR (``tilewave`` after its barrier stage);
+  verifier finds in each variant's IR (``tilewave`` after its barrier and fence stages);
 * ``python examples/tirx_h100.py --run DIR [--racecheck]`` (nvcc, cupy, numpy; no TVM)
   compiles each source for sm_90a, launches it on random data, compares with NumPy, times
   it (median of CUDA-event timings) and prints one table; ``--racecheck`` also runs each
