@@ -20,6 +20,7 @@ from tilewave.ir.walker import (
     node_fields,
     post_order_visit,
     rebuild,
+    rewrite_calls,
     substitute,
 )
 
@@ -311,4 +312,39 @@ def test_an_exception_from_a_visit_method_arrives_unchanged():
     assert str(caught.value) == "refused: a store"
     with pytest.raises(KeyError) as caught:
         post_order_visit(every_node_kind.body, lambda node: {}["missing"])
+    assert caught.value.args == ("missing",)
+
+
+def _call(name: str, *args) -> ir.expr.Call:
+    return tvm.tirx.call_intrin("int32", name, *args)
+
+
+def test_rewrite_calls_sees_inner_calls_first_and_keeps_what_it_declines():
+    inner = _call("tirx.ptx.popc", X)
+    outer = _call("tirx.ptx.brev", inner)
+    stmt = tirx.Evaluate(outer + Y)
+    seen: list[str] = []
+
+    def rewrite(call):
+        seen.append(call.op.name)
+        if call.op.name == "tirx.ptx.popc":
+            return X + 7
+        return None
+
+    out = rewrite_calls(stmt, rewrite)
+    assert seen == ["tirx.ptx.popc", "tirx.ptx.brev"]
+    expected = tirx.Evaluate(_call("tirx.ptx.brev", X + 7) + Y)
+    tvm.ir.assert_structural_equal(out, expected)
+    assert rewrite_calls(stmt, lambda call: None) is stmt
+
+
+def test_rewrite_calls_reaches_calls_in_every_node_kind_and_raises_unchanged():
+    body = every_node_kind.body
+    names: list[str] = []
+    post_order_visit(body, lambda n: names.append(n.op.name), types=(ir.expr.Call,))
+    rewritten: list[str] = []
+    assert rewrite_calls(body, lambda call: rewritten.append(call.op.name)).same_as(body)
+    assert sorted(rewritten) == sorted(names) and names
+    with pytest.raises(KeyError) as caught:
+        rewrite_calls(body, lambda call: {}["missing"])
     assert caught.value.args == ("missing",)

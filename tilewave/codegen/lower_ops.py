@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import tvm
@@ -29,7 +30,7 @@ from tilewave.codegen import cuda, rocm
 from tilewave.codegen.amd_barrier_waits import insert_amd_barrier_waits
 from tilewave.codegen.common import OpLowering
 from tilewave.codegen.cuda_split_barrier import lower_cuda_split_barriers
-from tilewave.ir.walker import TIRMutator
+from tilewave.ir.walker import rewrite_calls
 from tilewave.targets import TargetInfo, get_target
 
 __all__ = ["LowerTilewaveOps", "lower_tilewave_ops", "lowering_table"]
@@ -45,19 +46,19 @@ def lowering_table(target: TargetInfo) -> dict[str, OpLowering]:
     return cuda.CUDA_LOWERINGS if target.is_cuda else rocm.ROCM_LOWERINGS
 
 
-class _OpRewriter(TIRMutator):
-    def __init__(self, table: dict[str, OpLowering], target: TargetInfo, func_name: str) -> None:
-        self._table = table
-        self._target = target
-        self._func_name = func_name
+def _op_lowering(
+    table: dict[str, OpLowering], target: TargetInfo, func_name: str
+) -> Callable[[ir.expr.Call], Any]:
+    """The call rewrite that replaces each tilewave op by ``target``'s form (others kept)."""
 
-    def visit_Call(self, node: ir.expr.Call) -> Any:
-        node = self.generic_visit(node)
-        if isinstance(node.op, ir.Op) and node.op.name.startswith(_PREFIX):
-            build = self._table.get(node.op.name)
+    def lower(call: ir.expr.Call) -> Any:
+        if isinstance(call.op, ir.Op) and call.op.name.startswith(_PREFIX):
+            build = table.get(call.op.name)
             if build is not None:
-                return build(node, self._target, self._func_name)
-        return node
+                return build(call, target, func_name)
+        return None
+
+    return lower
 
 
 def _func_name(func: tirx.PrimFunc, fallback: str) -> str:
@@ -93,7 +94,7 @@ def lower_tilewave_ops(
     else:
         # an AMD barrier orders only completed LDS traffic: wait for the counters first
         func = insert_amd_barrier_waits(func, info, name)
-    body = _OpRewriter(lowering_table(info), info, name).visit(func.body)
+    body = rewrite_calls(func.body, _op_lowering(lowering_table(info), info, name))
     if body.same_as(func.body):
         return func
     return func.with_body(body)

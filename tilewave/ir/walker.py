@@ -33,6 +33,7 @@ __all__ = [
     "node_fields",
     "post_order_visit",
     "rebuild",
+    "rewrite_calls",
     "substitute",
     "walk_nodes",
 ]
@@ -352,6 +353,7 @@ def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
 
 
 _structural_mutate = tvm_ffi.get_global_func("ffi.StructuralMutate")
+
 _structural_walk = tvm_ffi.get_global_func("ffi.StructuralWalk")
 _SKIP = int(tvm_ffi.WalkResult.SKIP)
 
@@ -430,3 +432,31 @@ def post_order_visit(
     _structural_visit(node, entries)
     if failures:
         raise failures[0]
+
+
+def rewrite_calls(node: Any, rewrite: Callable[[ir.expr.Call], Any]) -> Any:
+    """Return ``node`` with calls replaced by ``rewrite(call)``, innermost calls first.
+
+    ``rewrite`` sees each call with its arguments already rewritten and returns the
+    replacement expression, or ``None`` to keep the call. The walk runs in C++ (``tvm_ffi``'s
+    structural mutator; types are not entered) and calls Python only at calls; ``node``
+    itself comes back when nothing changed. An exception ``rewrite`` raises stops the
+    rewriting and is raised again, unchanged, after the walk.
+    """
+    failures: list[BaseException] = []
+
+    def on_call(value: Any, mutator: Any) -> Any:
+        call = mutator.default_mutate(value)
+        if failures:
+            return call
+        try:
+            replacement = rewrite(call)
+        except BaseException as failure:  # raised again below, without TVM's location text
+            failures.append(failure)
+            return call
+        return call if replacement is None else replacement
+
+    out = _structural_mutate(node, [(_TYPE_ENTRY, _keep, False), (_CALL_ENTRY, on_call, False)])
+    if failures:
+        raise failures[0]
+    return node if out.same_as(node) else out
