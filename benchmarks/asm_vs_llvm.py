@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# measure the tilewave of this checkout (a git worktree's), not whichever one is installed
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))  # the kernels (and their example loader) live there
 sys.path.insert(0, str(REPO / "tests" / "codegen" / "amdgcn"))
 

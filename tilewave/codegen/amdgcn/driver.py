@@ -90,6 +90,12 @@ def device_function(func: tirx.PrimFunc | tvm.IRModule, target: Any) -> tirx.Pri
         f for f in lowered.functions.values()
         if f.attrs is not None and "target" in f.attrs and f.attrs["target"].kind.name == "rocm"
     ]
+    if not kernels:
+        raise MalformedKernelError(
+            "AMDGCN backend: lowering left no device kernel: the kernel does no work (an "
+            "extent of 0, or a guard the simplifier proved never true), so there is nothing to "
+            "launch. Skip the launch for this size, or pass the size as a kernel argument."
+        )
     if len(kernels) != 1:
         raise MalformedKernelError(
             f"AMDGCN backend: lowering produced {len(kernels)} device kernels; emit() handles "
