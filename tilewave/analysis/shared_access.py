@@ -230,28 +230,12 @@ class AccessScope:
         """``expr`` with the bound variables replaced by their values (transitively)."""
         if not self.bindings:
             return expr
-        return substitute(expr, self._values())
-
-    def _values(self) -> Mapping[Any, Any]:
         if len(self.resolved_values) != len(self.bindings):  # built without binding()
             values: dict[Any, Any] = {}
             for var, value in self.bindings:
                 values[var] = substitute(value, values)
             object.__setattr__(self, "resolved_values", values)
-        return self.resolved_values
-
-    def resolved_pointers(self) -> Mapping[Any, Any]:
-        """The bound pointer variables whose value takes a shared buffer's address
-        (``p = T.address_of(S[i])``), with their resolved values."""
-        found = self.__dict__.get("_pointers")
-        if found is None:
-            found = {
-                var: value
-                for var, value in self._values().items()
-                if isinstance(var.ty, ir.PointerType) and shared_buffers_addressed(value)
-            }
-            object.__setattr__(self, "_pointers", found)
-        return found
+        return substitute(expr, self.resolved_values)
 
 
 #: :attr:`SharedAccess.memory_key` of an access whose storage is unknown (any shared memory)
@@ -630,11 +614,17 @@ class _AccessCollector(TIRVisitor):
         """``node`` with each pointer variable bound in scope to a shared address
         (``p = T.address_of(S[i])``, then ``cp.async(p, ...)``) replaced by that address:
         the call reaches ``S`` through ``p`` as if it took the address itself."""
-        pointers = {
-            var: value
-            for var, value in self._scope.resolved_pointers().items()
-            if _mentions(node, var)
-        }
+        if not self._scope.bindings:
+            return node
+        pointers: dict[Any, Any] = {}
+
+        def check(var: Any) -> None:
+            if var not in pointers and isinstance(var.ty, ir.PointerType):
+                value = self._scope.resolve(var)
+                if not value.same_as(var) and shared_buffers_addressed(value):
+                    pointers[var] = value
+
+        post_order_visit(node, check, (ir.expr.Var,))
         return substitute(node, pointers) if pointers else node
 
     def _mbarrier_object(self, node: ir.expr.Call, name: str) -> None:
@@ -672,17 +662,6 @@ _MBARRIER_OPS = ("tirx.ptx.mbarrier_", "tirx.cuda.mbarrier_wait")
 #: loads that complete on an mbarrier (TMA tensor loads and plain bulk copies)
 _TMA_LOAD = ("tirx.ptx.cp_async_bulk_tensor_g2s", "tirx.ptx.cp_async_bulk_g2s")
 _WGMMA_CONTROL = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit", "tirx.ptx.wgmma_wait")
-
-
-def _mentions(expr: Any, var: Any) -> bool:
-    found = False
-
-    def check(node: Any) -> None:
-        nonlocal found
-        found = found or node.same_as(var)
-
-    post_order_visit(expr, check, (ir.expr.Var,))
-    return found
 
 
 def _domain_of(name: str) -> str | None:
