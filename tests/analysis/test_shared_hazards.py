@@ -100,3 +100,41 @@ def test_barrier_in_a_while_on_a_loaded_value_is_divergent():
     assert len(find_divergent_barriers(while_on_a_loaded_counter)) == 2
     (hazard,) = find_shared_hazards(while_on_a_loaded_counter, "gfx942")
     assert (hazard.first.describe(), hazard.second.describe()) == ("write S[tx]", "read S[63 - tx]")
+
+
+@T.prim_func
+def let_pointer_copy_no_wait(A: T.Buffer((8, 32), "float32"), B: T.Buffer((8, 32), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((32,), "float32", scope="shared")
+        for k in range(8):
+            p = T.address_of(S[tx])
+            T.ptx["cp.async.ca.shared.global"](p, T.address_of(A[k, tx]), 4)
+            T.tilewave.commit_async_ops()
+            T.tilewave.lds_barrier()  # the barrier alone does not wait for the copy
+            B[k, tx] = S[31 - tx]
+            T.tilewave.lds_barrier()
+
+
+@T.prim_func
+def let_pointer_copy_waited(A: T.Buffer((8, 32), "float32"), B: T.Buffer((8, 32), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((32,), "float32", scope="shared")
+        for k in range(8):
+            p = T.address_of(S[tx])
+            T.ptx["cp.async.ca.shared.global"](p, T.address_of(A[k, tx]), 4)
+            T.tilewave.commit_async_ops()
+            T.tilewave.wait_async_ops(0)
+            T.tilewave.lds_barrier()
+            B[k, tx] = S[31 - tx]
+            T.tilewave.lds_barrier()
+
+
+def test_copy_through_a_let_bound_pointer_without_its_wait_is_a_raw():
+    # `p = T.address_of(S[tx])` then cp.async(p, ...): the copy writes S through p (the
+    # unretired copies of two iterations are also a WAW)
+    hazards = find_shared_hazards(let_pointer_copy_no_wait, "sm_90a")
+    assert {h.kind for h in hazards} == {HazardKind.RAW, HazardKind.WAW}
+    (hazard,) = [h for h in hazards if h.kind is HazardKind.RAW]
+    assert hazard.buffer == "S"
+    assert hazard.first.kind is AccessKind.ASYNC_WRITE and hazard.second.kind is AccessKind.READ
+    assert find_shared_hazards(let_pointer_copy_waited, "sm_90a") == []

@@ -14,6 +14,7 @@ from tilewave.codegen.cuda_split_barrier import lower_cuda_split_barriers
 from tilewave.codegen.lower_ops import lower_tilewave_ops
 from tilewave.errors import MalformedKernelError, TargetFeatureError
 from tilewave.pipeline import build
+from tilewave.racecheck import racecheck
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
 # ---------------------------------------------------------------- before / after
@@ -60,19 +61,25 @@ def test_signal_becomes_arrive_and_wait_becomes_parity_spin_loop():
     tvm.ir.assert_structural_equal(lower_cuda_split_barriers(straight), straight_mbarrier)
 
 
+# A split barrier carried across iterations, as a valid protocol: barrier 0 orders every
+# thread's read of S in iteration k - 1 before any thread's write of S in iteration k (WAR).
+# Its signal ends each iteration and its wait opens the next; the prologue signal is what
+# iteration 0 waits for (without it the first wait precedes every signal and hangs: see
+# test_wait_before_any_signal_is_an_error). The lowering keeps the runtime phase per id, so
+# each wait observes the phase the previous iteration's (or the prologue's) arrivals closed.
 @T.prim_func
 def in_loop(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
     T.func_attr({"global_symbol": "in_loop"})
     for tx in T.thread_binding(64, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "float32", scope="shared")
+        T.tilewave.barrier_signal(0)
         for k in range(8):
             T.tilewave.barrier_wait(0)
             S[tx] = A[tx] + T.Cast("float32", k)
-            T.tilewave.barrier_signal(0)
             T.tilewave.barrier_signal(-1)
             T.tilewave.barrier_wait(-1)
             B[tx] = B[tx] + S[63 - tx]
-        T.tilewave.barrier_signal(0)
+            T.tilewave.barrier_signal(0)
 
 
 @T.prim_func
@@ -91,6 +98,7 @@ def in_loop_mbarrier(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"
         tw_phase[0] = T.uint32(0)
         tw_phase[1] = T.uint32(0)
         S = T.alloc_buffer((64,), "float32", scope="shared")
+        T.ptx.mbarrier.arrive.shared.b64(T.address_of(tw_mbarrier[1]))
         for k in range(8):
             # the phase is a runtime local: iteration k waits on the parity it reached
             tw_ready[0] = T.uint32(0)
@@ -100,7 +108,6 @@ def in_loop_mbarrier(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"
                 )
             tw_phase[1] = tw_phase[1] ^ T.uint32(1)
             S[tx] = A[tx] + T.Cast("float32", k)
-            T.ptx.mbarrier.arrive.shared.b64(T.address_of(tw_mbarrier[1]))
             T.ptx.mbarrier.arrive.shared.b64(T.address_of(tw_mbarrier[0]))
             tw_ready[0] = T.uint32(0)
             while tw_ready[0] == T.uint32(0):
@@ -109,7 +116,7 @@ def in_loop_mbarrier(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"
                 )
             tw_phase[0] = tw_phase[0] ^ T.uint32(1)
             B[tx] = B[tx] + S[63 - tx]
-        T.ptx.mbarrier.arrive.shared.b64(T.address_of(tw_mbarrier[1]))
+            T.ptx.mbarrier.arrive.shared.b64(T.address_of(tw_mbarrier[1]))
 
 
 def test_one_mbarrier_and_phase_per_id_in_a_loop():
@@ -282,6 +289,56 @@ def test_signal_without_wait_is_refused():
         MalformedKernelError, match=r"barrier id\(s\) \[3\] in function 'unbalanced'.*Pair every"
     ):
         lower_cuda_split_barriers(unbalanced)
+
+
+# The loop of `in_loop` without its prologue signal (the form this test used to lower):
+# iteration 0 of every thread waits on barrier 0 before any thread can signal it.
+@T.prim_func
+def wait_before_any_signal(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    T.func_attr({"global_symbol": "wait_before_any_signal"})
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        for k in range(8):
+            T.tilewave.barrier_wait(0)
+            S[tx] = A[tx] + T.Cast("float32", k)
+            T.tilewave.barrier_signal(-1)
+            T.tilewave.barrier_wait(-1)
+            B[tx] = B[tx] + S[63 - tx]
+            T.tilewave.barrier_signal(0)
+
+
+# The same wait skipped in iteration 0: valid (the signal of iteration k - 1 precedes it).
+@T.prim_func
+def wait_after_first_iteration(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    T.func_attr({"global_symbol": "wait_after_first_iteration"})
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((64,), "float32", scope="shared")
+        for k in range(8):
+            if k > 0:
+                T.tilewave.barrier_wait(0)
+            S[tx] = A[tx] + T.Cast("float32", k)
+            T.tilewave.barrier_signal(-1)
+            T.tilewave.barrier_wait(-1)
+            B[tx] = B[tx] + S[63 - tx]
+            T.tilewave.barrier_signal(0)
+
+
+def test_wait_before_any_signal_is_an_error():
+    with pytest.raises(
+        MalformedKernelError,
+        match=r"barrier_wait\(0\) in function 'wait_before_any_signal' at "
+        r"`T.tilewave.barrier_wait\(0\)` waits before any barrier_signal\(0\) can run.*"
+        r"the block hangs. Signal before waiting: .* needs a barrier_signal\(0\) before the "
+        r"loop",
+    ):
+        lower_cuda_split_barriers(wait_before_any_signal)
+    assert racecheck(wait_before_any_signal, "gfx1200").kinds() == {"deadlock"}
+
+
+def test_wait_a_condition_skips_before_the_first_signal_is_lowered():
+    lowered = lower_cuda_split_barriers(wait_after_first_iteration)
+    assert racecheck(lowered, "sm_90a").ok
+    assert racecheck(lower_cuda_split_barriers(in_loop), "sm_90a").ok
 
 
 @T.prim_func

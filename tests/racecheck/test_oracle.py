@@ -57,13 +57,7 @@ NOT_EXECUTABLE = {
     "symbolic_trips": "symbolic buffer shapes (needs concrete arrays)",
     "symbolic_trips_x2": "symbolic buffer shapes (needs concrete arrays)",
 }
-KNOWN_BAD = {
-    "escapes_let": "the cp.async through a let-bound pointer into S[0] is never waited for "
-                   "before thread 31 reads S[0] (RAW left by InsertSharedBarriers)",
-    "in_loop": "the input waits on split barrier 0 at the top of the loop before any thread "
-               "signalled it: it deadlocks on any GPU (the lowering keeps that)",
-    "in_loop_mbarrier": "the expected mbarrier form of in_loop: the same deadlock",
-}
+KNOWN_BAD: dict[str, str] = {}
 
 
 def _kernels() -> list[tuple[str, str, tirx.PrimFunc]]:

@@ -270,3 +270,85 @@ def swizzled_after(A: T.Buffer((8, 128, 32), "float16"), B: T.Buffer((8, 128), "
 
 def test_xor_swizzled_copy_loop_is_one_group_and_needs_no_inner_barrier():
     check(swizzled, swizzled_after)
+
+
+# --- copies through a let-bound pointer -------------------------------------------------------
+# `p = T.address_of(S[0])` then `cp.async(p, ...)`: the copy writes S through p. It used to be
+# invisible (no shared address among the call's operands), so no wait retired it before the
+# read of another thread's element (racecheck: RAW). test_multibuffer.escapes_let, each thread
+# copying its own element (there every thread copies S[0]: a WAW of one statement with itself).
+@T.prim_func
+def let_pointer_copy(A: T.Buffer((8, 32), "float32"), B: T.Buffer((8, 32), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((32,), "float32", scope="shared")
+        for k in range(8):
+            S[tx] = A[k, tx]
+            T.tvm_storage_sync("shared")
+            p = T.address_of(S[tx])
+            T.ptx["cp.async.ca.shared.global"](p, T.address_of(A[k, tx]), 4)
+            B[k, tx] = S[31 - tx]
+            T.tvm_storage_sync("shared")
+
+
+@T.prim_func
+def let_pointer_copy_after(A: T.Buffer((8, 32), "float32"), B: T.Buffer((8, 32), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((32,), "float32", scope="shared")
+        for k in range(8):
+            S[tx] = A[k, tx]
+            T.tvm_storage_sync("shared")
+            p = T.address_of(S[tx])
+            T.ptx["cp.async.ca.shared.global"](p, T.address_of(A[k, tx]), 4)
+            T.tilewave.commit_async_ops()  # the copy's group, retired before S[31 - tx] is read
+            T.tilewave.wait_async_ops(0)
+            T.tilewave.lds_barrier()
+            B[k, tx] = S[31 - tx]
+            T.tvm_storage_sync("shared")
+
+
+def test_copy_through_a_let_bound_pointer_is_waited_for():
+    (raw,) = [h for h in find_shared_hazards(let_pointer_copy, "sm_90a") if h.kind.name == "RAW"]
+    assert raw.first.kind.name == "ASYNC_WRITE" and raw.second.stmt.buffer.name == "B"
+    assert "RAW" in tilewave.racecheck(let_pointer_copy, "sm_90a").kinds()
+    check(let_pointer_copy, let_pointer_copy_after)
+
+
+@T.prim_func
+def stripped3_let(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((3, 256), "float32", scope="shared")
+        for s in range(2):
+            dst = T.address_of(S[s, tx * 4])
+            T.ptx.cp.async_.cg.shared.global_(dst, T.address_of(A[s, tx * 4]), 16)
+        for k in range(16):
+            if k + 2 < 16:
+                nxt = T.address_of(S[(k + 2) % 3, tx * 4])
+                T.ptx.cp.async_.cg.shared.global_(nxt, T.address_of(A[k + 2, tx * 4]), 16)
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+@T.prim_func
+def stripped3_let_after(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer((3, 256), "float32", scope="shared")
+        for s in range(2):
+            dst = T.address_of(S[s, tx * 4])
+            T.ptx.cp.async_.cg.shared.global_(dst, T.address_of(A[s, tx * 4]), 16)
+        T.tilewave.commit_async_ops()
+        T.tilewave.wait_async_ops(0)
+        T.tilewave.lds_barrier()
+        for k in range(16):
+            T.tilewave.wait_async_ops(1)
+            T.tilewave.lds_barrier()
+            if k + 2 < 16:
+                nxt = T.address_of(S[(k + 2) % 3, tx * 4])
+                T.ptx.cp.async_.cg.shared.global_(nxt, T.address_of(A[k + 2, tx * 4]), 16)
+            T.tilewave.commit_async_ops()
+            B[k, tx] = S[k % 3, 255 - tx * 4]
+
+
+def test_pipeline_through_let_bound_pointers_gets_the_hand_schedule():
+    # the copies through pointers form commit groups like direct ones (stripped3_after):
+    # the loop keeps wait_group 1, not a wait for everything in every step
+    assert not tilewave.racecheck(stripped3_let, "sm_90a").ok
+    check(stripped3_let, stripped3_let_after)

@@ -579,6 +579,7 @@ class _AccessCollector(TIRVisitor):
         self._depth -= 1
         if not isinstance(node.op, ir.Op) or node.op.name in _ADDRESS_OPS:
             return
+        node = self._through_pointers(node)
         name = node.op.name
         if name.startswith(_WGMMA_MMA) and not name.startswith(_WGMMA_CONTROL):
             self._wgmma_reads(node)
@@ -608,6 +609,23 @@ class _AccessCollector(TIRVisitor):
                 zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
                 span = LoopRange(var, 0, count, bounds=(zero, end))
                 self.add(buffer, kind, indices, span, domain, collective, barrier)
+
+    def _through_pointers(self, node: ir.expr.Call) -> ir.expr.Call:
+        """``node`` with each pointer variable bound in scope to a shared address
+        (``p = T.address_of(S[i])``, then ``cp.async(p, ...)``) replaced by that address:
+        the call reaches ``S`` through ``p`` as if it took the address itself."""
+        if not self._scope.bindings:
+            return node
+        pointers: dict[Any, Any] = {}
+
+        def check(var: Any) -> None:
+            if var not in pointers and isinstance(var.ty, ir.PointerType):
+                value = self._scope.resolve(var)
+                if not value.same_as(var) and shared_buffers_addressed(value):
+                    pointers[var] = value
+
+        post_order_visit(node, check, (ir.expr.Var,))
+        return substitute(node, pointers) if pointers else node
 
     def _mbarrier_object(self, node: ir.expr.Call, name: str) -> None:
         """The mbarrier an op initialises (a write) or uses (arrive, wait, complete_tx)."""

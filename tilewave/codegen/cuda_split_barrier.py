@@ -17,6 +17,13 @@ kernel's split-barrier ops into one:
 Every thread arrives once per phase and waits for that phase before arriving again, so no
 thread can run a full phase ahead of another: the parity bit is enough to name the phase.
 
+A wait must follow a signal of its id: a loop that waits at the top of each iteration for
+the previous iteration's signal needs one signal before the loop for iteration 0 (the
+``in_loop`` test of ``tests/codegen/test_cuda_split_barrier.py``). A wait that every thread
+reaches before any signal of its id can run (no ``if``/``while`` around it, no signal of the
+id earlier in program order) hangs on every GPU; the lowering rejects it with a
+``MalformedKernelError`` rather than emit the deadlock.
+
 Example::
 
     before:                              after:
@@ -112,6 +119,12 @@ class _SplitBarrierScan(TIRVisitor):
         self.tags_seen: set[str] = set()
         self.enclosing: list[tuple[Any, _ThreadAxis]] | None = None
         self._stack: list[tuple[Any, _ThreadAxis]] = []
+        #: the first wait no signal of its id can precede: ``(id, statement)``
+        self.unpreceded_wait: tuple[int, tirx.Evaluate] | None = None
+        #: ids signalled somewhere earlier in program order (any branch, any loop)
+        self._signalled_before: set[int] = set()
+        #: ``if``/``while`` statements around the one being visited
+        self._conditional = 0
 
     def _scope(self, node: Any) -> None:
         axis = _thread_axis(node, self.func_name)
@@ -126,6 +139,14 @@ class _SplitBarrierScan(TIRVisitor):
     visit_For = _scope
     visit_AttrStmt = _scope
 
+    def _guarded(self, node: Any) -> None:
+        self._conditional += 1
+        self.generic_visit(node)
+        self._conditional -= 1
+
+    visit_IfThenElse = _guarded
+    visit_While = _guarded
+
     def visit_Evaluate(self, node: tirx.Evaluate) -> None:
         name = _split_op_name(node)
         if name is None:
@@ -135,6 +156,16 @@ class _SplitBarrierScan(TIRVisitor):
             node.value, self.func_name, "the barrier id", allow_negative=True
         )
         (self.signalled if name == _SIGNAL else self.waited).add(barrier_id)
+        if name == _SIGNAL:
+            self._signalled_before.add(barrier_id)
+        elif (
+            barrier_id not in self._signalled_before
+            and not self._conditional
+            and self.unpreceded_wait is None
+        ):
+            # every thread reaches it (in the first iteration of its loops) before any
+            # thread can signal the id: the first phase never completes
+            self.unpreceded_wait = (barrier_id, node)
         if not self._stack:
             raise MalformedKernelError(
                 f"{_PASS}: {name} {where(self.func_name, node)} is outside every threadIdx "
@@ -259,8 +290,11 @@ def lower_cuda_split_barriers(func: tirx.PrimFunc, target: Any = "sm_90a") -> ti
     Raises:
         TargetFeatureError: the target has no mbarrier wait (before sm_90) or is not CUDA.
         MalformedKernelError: a barrier id that is not an integer constant; an id signalled
-            but never waited on (or the reverse); an op outside every ``threadIdx`` scope or
-            in a scope that does not bind every thread axis; a non-constant thread extent.
+            but never waited on (or the reverse); a wait every thread reaches before any
+            signal of its id (it hangs: the first iteration of a loop that waits at the top
+            for the previous iteration's signal, with no signal before the loop); an op
+            outside every ``threadIdx`` scope or in a scope that does not bind every thread
+            axis; a non-constant thread extent.
     """
     info = get_target(target)
     name = _func_name(func)
@@ -281,6 +315,17 @@ def lower_cuda_split_barriers(func: tirx.PrimFunc, target: Any = "sm_90a") -> ti
             "never waited on, or waited on but never signalled; the mbarrier phases would "
             "drift and the waits hang. Pair every barrier_signal(id) with a "
             "barrier_wait(id)."
+        )
+    if scan.unpreceded_wait is not None:
+        barrier_id, stmt = scan.unpreceded_wait
+        raise MalformedKernelError(
+            f"{_PASS}: barrier_wait({barrier_id}) {where(name, stmt)} waits before any "
+            f"barrier_signal({barrier_id}) can run: every thread reaches it (no `if` or "
+            "`while` around it; in a loop, in the first iteration) and no signal of that id "
+            "comes earlier in the kernel, so the mbarrier phase it waits for never completes "
+            f"and the block hangs. Signal before waiting: a wait at the top of a loop for the "
+            f"previous iteration's signal needs a barrier_signal({barrier_id}) before the "
+            "loop."
         )
     axes = [axis for _, axis in scan.enclosing]
     missing = scan.tags_seen - {a.tag for a in axes}

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tvm import tirx
+from tvm import ir, tirx
 
 from tilewave.analysis.shared_access import (
     AccessKind,
+    AccessScope,
     SyncKind,
     is_leaf_statement,
     statement_accesses,
@@ -51,10 +52,10 @@ def has_commits(body: Any) -> bool:
     return found
 
 
-def _leaf_role(stmt: Any, func_name: str | None) -> str:
+def _leaf_role(stmt: Any, func_name: str | None, scope: AccessScope) -> str:
     if sync_action(stmt) is not None:
         return _OTHER
-    accesses = statement_accesses(stmt, (), func_name)
+    accesses = statement_accesses(stmt, scope, func_name)
     if not accesses:
         return _NEUTRAL
     if all(a.kind is AccessKind.ASYNC_WRITE and a.async_group for a in accesses):
@@ -74,18 +75,34 @@ def _children(stmt: Any) -> list[Any]:
     return [stmt.body]
 
 
+def _pointer_bindings(body: Any) -> AccessScope:
+    """The pointer ``Bind`` statements of ``body`` in program order, as one scope: a copy
+    through a pointer (``p = T.address_of(S[i])`` then ``cp.async(p, ...)``) is a copy of
+    ``S``. A TIR variable is bound once, so the whole body's bindings resolve each use."""
+    scope = AccessScope()
+
+    def check(node: Any) -> None:
+        nonlocal scope
+        if isinstance(node.var.ty, ir.PointerType):
+            scope = scope.binding(node.var, node.value)
+
+    post_order_visit(body, check, (tirx.Bind,))
+    return scope
+
+
 class _Committer:
-    def __init__(self, func_name: str | None) -> None:
+    def __init__(self, func_name: str | None, body: Any) -> None:
         self.func_name = func_name
         self._roles: dict[Any, str] = {}
+        self._scope = _pointer_bindings(body)
 
     def role(self, stmt: Any) -> str:
         """COPY, NEUTRAL, OTHER (shared access or sync, no copy) or MIXED (both)."""
         if not isinstance(stmt, tirx.Stmt):
-            return _leaf_role(tirx.Evaluate(stmt), self.func_name)
+            return _leaf_role(tirx.Evaluate(stmt), self.func_name, self._scope)
         if stmt not in self._roles:
             if is_leaf_statement(stmt):
-                role = _leaf_role(stmt, self.func_name)
+                role = _leaf_role(stmt, self.func_name, self._scope)
             else:
                 roles = {self.role(child) for child in _children(stmt)} - {_NEUTRAL}
                 if not roles:
@@ -151,7 +168,7 @@ def commit_copy_runs(body: Any, func_name: str | None = None) -> Any:
     already commits groups itself (then it is returned unchanged)."""
     if has_commits(body):
         return body
-    committer = _Committer(func_name)
+    committer = _Committer(func_name, body)
     if committer.role(body) != _MIXED:
         return body  # nothing reads what the copies write: no group needs closing
     return committer.rewrite(body)
