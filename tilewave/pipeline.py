@@ -242,7 +242,7 @@ STAGES: tuple[Stage, ...] = (
     # Checked: unfixable hazards are refused before, and none may remain after (invariant).
     Stage(
         BARRIER_STAGE,
-        lambda t, o: checked_barrier_pass(InsertSharedBarriers(t)),
+        lambda t, o: checked_barrier_pass(InsertSharedBarriers(t), t),
         origin="tilewave",
     ),
     # Fences go after barrier insertion: a fence sits right before the async op it guards.

@@ -12,9 +12,15 @@ from that start in row-major order. It is returned as indices over a fresh varia
 as a ``LoopRange`` with no ``For`` (an independent "loop" over the copied elements), so the
 region proofs treat it like any other bounded index variable.
 
-Anything else (TMA tensor copies, whose box is in a tensor map; LDS DMA, whose lanes write
-consecutive slots from a wave-wide base; a byte count that is not a constant) returns
-``None``: the whole buffer.
+An AMD LDS DMA (``llvm.amdgcn.global.load.lds(src, dst, size, offset, aux)`` through
+``T.call_llvm_intrin``) writes ``size`` bytes per lane, lane ``l`` at the wave's LDS address
++ ``offset`` + ``l * size``; the wave's address is one lane's ``dst``. Each thread is taken
+to write the whole span a wave can write from its own ``dst``: ``offset + 64 * size`` bytes
+(64: the wave64 of the gfx9 targets that have LDS DMA). That over-approximates every lane's
+slot (sound) and keeps the copies of different pipeline stages apart.
+
+Anything else (TMA tensor copies, whose box is in a tensor map; a byte count that is not a
+constant) returns ``None``: the whole buffer.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
 
-__all__ = ["COPY_OPERANDS", "MATRIX_ROW_OPS", "copy_region"]
+__all__ = ["COPY_OPERANDS", "LDS_DMA_LANES", "MATRIX_ROW_OPS", "copy_region"]
 
 _PTX = "tirx.ptx."
 #: op-name prefix -> (destination operand, byte-count operand)
@@ -48,6 +54,9 @@ _ADDRESS_OPS = frozenset({"tirx.address_of", "tirx.tvm_access_ptr", *_UNWRAP})
 
 
 _TMA_LOAD = _PTX + "cp_async_bulk_tensor_g2s"
+_LDS_DMA = "llvm.amdgcn.global.load.lds"
+#: lanes of the widest wave issuing an LDS DMA (gfx9 wave64)
+LDS_DMA_LANES = 64
 
 
 def _tile_stride(expr: Any) -> int | None:
@@ -91,6 +100,13 @@ def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
         tile = _addressed_tile_bytes(call.args[0])
         if tile is not None:
             return call.args[0], tirx.IntImm("int32", tile)
+        return None
+    if name == _LDS_DMA and len(call.args) >= 5:
+        # call_llvm_intrin's first argument is the intrinsic: (id, src, dst, size, offset, aux)
+        size, offset = call.args[3], call.args[4]
+        if isinstance(size, tirx.IntImm) and isinstance(offset, tirx.IntImm):
+            span = int(offset.value) + LDS_DMA_LANES * int(size.value)
+            return call.args[2], tirx.IntImm("int32", span)
         return None
     if name.startswith(MATRIX_ROW_OPS):
         for arg in call.args:

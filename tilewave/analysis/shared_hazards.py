@@ -10,7 +10,9 @@ conflicting accesses reachable without passing a synchronisation that orders the
 * for an async write (cp.async, TMA, gather-to-LDS), either of those only counts after
   a wait for the thread's outstanding copies (``wait_async_ops(0)``); a cp.async copy on
   CUDA is retired only by a ``wait_group N`` that follows a commit of its group and has
-  at least ``N`` newer committed groups after it;
+  at least ``N`` newer committed groups after it; an LDS DMA on AMD counts on the
+  vector-memory counter from its issue, so ``wait_async_ops(N)`` (``vmcnt(N)``) retires
+  it once ``N`` further copies issued after it (other loads only raise the count);
 * between the two branches of a warp-split ``if``: named barriers (``bar.arrive`` /
   ``bar.sync``) under the rules of :mod:`tilewave.analysis.named_barrier_order`.
 
@@ -58,6 +60,7 @@ from tilewave.analysis.named_barrier_order import (
 from tilewave.analysis.shared_access import (
     ANY,
     FAR,
+    AccessKind,
     AccessScope,
     LoopRange,
     SharedAccess,
@@ -336,11 +339,16 @@ class _Search:
     ) -> list[SharedAccess]:
         """Conflicting accesses reachable from ``access`` (made at node ``start``) on a
         path that does not order them; ``groups``: cp.async copies complete through
-        commit/wait groups (CUDA)."""
+        commit/wait groups (CUDA), else each async copy is counted by the wait from its
+        issue (AMD LDS DMA on ``vmcnt`` / ``loadcnt``)."""
         is_async = access.is_async
-        domain = access.async_domain if groups else None
+        counted = not groups and access.kind is AccessKind.ASYNC_WRITE
+        domain = access.async_domain if groups else ("cp.async" if counted else None)
         # a grouped access's group: _OPEN until a commit, then the number of newer groups
+        # (a counted copy: the number of copies issued after it)
         group = _OPEN if is_async and domain in _GROUP_DOMAINS else _NO_GROUP
+        if counted:
+            group = 0
         loops = [lp.loop for lp in access.loops]
         found: list[SharedAccess] = []
         seen: set[tuple[Any, ...]] = set()
@@ -385,6 +393,10 @@ class _Search:
                 )
                 if conflict and not any(other is f for f in found):
                     found.append(other)
+            if counted and not landed and any(
+                a.kind is AccessKind.ASYNC_WRITE for a in node.accesses
+            ):
+                group = min(group + 1, _MAX_NEWER)  # a copy issued after it: one count more
             next_state = self._step(
                 node, signalled, landed, is_async, group, access, domain, self.graph.implied
             )
@@ -571,8 +583,9 @@ def find_shared_hazards(
 
     Args:
         func: a ``tvm.tirx.PrimFunc`` whose threads are bound with ``T.thread_binding``.
-        target: a tilewave target (name, ``tvm.target.Target`` or ``TargetInfo``); only
-            validated today, the synchronisation semantics are the same on every target.
+        target: a tilewave target (name, ``tvm.target.Target`` or ``TargetInfo``): how
+            async copies complete (CUDA: cp.async commit/wait groups; AMD: each LDS DMA
+            counted by ``wait_async_ops(N)`` from its issue); ``None``: CUDA's semantics.
         protocol: also check Hopper's async protocol: missing ``fence.proxy.async`` /
             ``fence.mbarrier_init`` (:mod:`tilewave.analysis.proxy_fence_check`) and
             wrong ``try_wait.parity`` (:mod:`tilewave.analysis.mbarrier_parity_check`).

@@ -134,15 +134,18 @@ def refuse_unfixable_in_module(mod: tvm.IRModule, pass_name: str) -> None:
             refuse_unfixable(func, _func_name(gvar, func), pass_name)
 
 
-def require_no_hazards_left(func: tirx.PrimFunc, func_name: str, pass_name: str) -> None:
-    """The invariant: the verifier finds no hazard in ``func`` (a barrier pass's output).
+def require_no_hazards_left(
+    func: tirx.PrimFunc, func_name: str, pass_name: str, target: Any = None
+) -> None:
+    """The invariant: the verifier finds no hazard in ``func`` (a barrier pass's output),
+    under ``target``'s async-copy semantics (``None``: CUDA's).
 
     Raises:
         UnfixableHazardError: naming the hazard's two statements and buffer.
     """
     # barrier hazards only: the fences come from InjectFenceProxy, after this pass, and a
     # wrong mbarrier parity is the user's protocol, not something the pass left behind
-    for hazard in find_shared_hazards(func, protocol=False):
+    for hazard in find_shared_hazards(func, target, protocol=False):
         raise UnfixableHazardError(
             f"{pass_name} left a {hazard.kind.name} hazard on shared buffer '{hazard.buffer}' "
             f"{where(func_name)}: {_statement(hazard.first)} then {_statement(hazard.second)} "
@@ -152,12 +155,14 @@ def require_no_hazards_left(func: tirx.PrimFunc, func_name: str, pass_name: str)
         )
 
 
-def checked_barrier_pass(inner: tvm.transform.Pass) -> tvm.transform.Pass:
+def checked_barrier_pass(inner: tvm.transform.Pass, target: Any = None) -> tvm.transform.Pass:
     """``inner`` with the checks of this module around it, under ``inner``'s own name (so
     ``disabled_pass`` and dumps see one stage).
 
     Args:
         inner: a pass that inserts shared-memory barriers into every PrimFunc.
+        target: the target ``inner`` synchronises for (how its async copies complete);
+            ``None``: CUDA's semantics.
 
     Example::
 
@@ -170,7 +175,7 @@ def checked_barrier_pass(inner: tvm.transform.Pass) -> tvm.transform.Pass:
         result = inner(mod)
         for gvar, func in result.functions.items():
             if isinstance(func, tirx.PrimFunc):
-                require_no_hazards_left(func, _func_name(gvar, func), name)
+                require_no_hazards_left(func, _func_name(gvar, func), name, target)
         return result
 
     return tvm.transform.module_pass(run, opt_level=0, name=name)

@@ -59,6 +59,7 @@ from tilewave.analysis.shared_access import (
     ANY,
     ANY_MEMORY,
     FAR,
+    AccessKind,
     AccessScope,
     LoopRange,
     SharedAccess,
@@ -290,6 +291,18 @@ def _around_while(state: _State, depth: int) -> _State:
     """``state`` at the end of an iteration of a ``While`` inside ``depth`` serial loops,
     seen from the start of the next."""
     return _remap(state, lambda inst, _: inst.around_while(depth))
+
+
+def _amd_async_domain(access: SharedAccess) -> str | None:
+    """How an async copy completes on AMD: an LDS DMA counts on the vector-memory counter
+    (``wait_async_ops(N)`` is ``vmcnt(N)`` / ``loadcnt N``), which the pass tracks like
+    cp.async groups of one copy each (:meth:`_Placer.visit_leaf` commits at issue).
+
+    ``vmcnt(N)`` waits until at most ``N`` of the wave's vector-memory operations are
+    outstanding, loads complete in issue order, and the other loads and stores issued after
+    a copy only add to that count; so counting the copies issued after it alone, ``N`` is
+    never too large."""
+    return "cp.async" if access.kind is AccessKind.ASYNC_WRITE else None
 
 
 def _committed(p: _Pending, domain: str = "cp.async") -> _Pending:
@@ -626,7 +639,7 @@ class _Placer:
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
             is_async = acc.is_async
-            domain = acc.async_domain if self.target.is_cuda else None
+            domain = acc.async_domain if self.target.is_cuda else _amd_async_domain(acc)
             grouped = is_async and domain in GROUP_DOMAINS
             new = _Pending(
                 not is_async,
@@ -637,6 +650,10 @@ class _Placer:
             )
             inst = _Instance(acc)
             state[inst] = _join(new, state.get(inst))
+        if not self.target.is_cuda and any(a.is_async for a in accesses):
+            # an AMD LDS DMA is one vector-memory load per wave, counted from its issue: it
+            # is its own group, one newer for every copy issued before it
+            state = {i: _committed(p) for i, p in state.items()}
         if action is not None:  # an mbarrier arrive or wait, after its object was checked
             state = self.sync(stmt, state, divergent)
         return ([barrier] if barrier else []) + [stmt], state

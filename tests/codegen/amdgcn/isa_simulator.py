@@ -786,27 +786,56 @@ def _buffer_addresses(sim: Simulator, w: Wave, ins: Inst, vaddr: str, srsrc: str
     return offs, base, num_records
 
 
-def _buffer_load_lds(sim: Simulator, w: Wave, ins: Inst, size: int) -> None:
-    """LDS DMA: lane l's ``size`` bytes land in LDS at M0 + offset + l * size, not in VGPRs;
-    global memory is read and LDS written when vmcnt retires the load."""
-    vaddr, srsrc, soffset = ins.operands
-    offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
+def _queue_lds_dma(
+    sim: Simulator, w: Wave, ins: Inst, size: int, read: Callable[[int], bytes]
+) -> None:
+    """LDS DMA: lane l's ``size`` bytes (``read(l)``) land in LDS at M0 + offset + l * size,
+    not in VGPRs; global memory is read and LDS written when vmcnt retires the load."""
     lds_base = w.m0 + int(ins.mods.get("offset", 0))
-    lanes = [(int(lane), int(offs[lane])) for lane in np.nonzero(w.exec_mask())[0]]
-    for lane, _ in lanes:
+    lanes = [int(lane) for lane in np.nonzero(w.exec_mask())[0]]
+    for lane in lanes:
         addr = lds_base + lane * size
         if addr + size > len(sim.lds):
             raise SimulationError(f"`{ins.line}`: LDS DMA address {addr} out of range")
 
     def apply() -> None:
-        for lane, off in lanes:
-            data = sim.memory.read(base + off, size) if 0 <= off and off + size <= nrec \
-                else bytes(size)
+        for lane in lanes:
             addr = lds_base + lane * size
-            sim.lds[addr:addr + size] = np.frombuffer(data, dtype=np.uint8)
+            sim.lds[addr:addr + size] = np.frombuffer(read(lane), dtype=np.uint8)
 
-    # several DMAs may be in flight (they retire in order): no pending check against LDS
-    w.pending.append(Pending("vm", False, {("lds", 0)}, apply, ins.line))
+    # several DMAs may be in flight (they retire in order): no pending check against LDS;
+    # an LDS access of the wave that touches one of these dwords before the copy retires is
+    # an error (other LDS stays usable: the wave's other stages of a pipeline)
+    written = {unit for lane in lanes for unit in _lds_dwords(lds_base + lane * size, size)}
+    w.pending.append(Pending("vm", False, written, apply, ins.line))
+
+
+def _lds_dwords(addr: int, size: int) -> list[tuple[str, int]]:
+    """The pending-check units of LDS bytes ``[addr, addr + size)``: one per dword."""
+    return [("lds", d) for d in range(addr // 4, (addr + size - 1) // 4 + 1)]
+
+
+def _buffer_load_lds(sim: Simulator, w: Wave, ins: Inst, size: int) -> None:
+    """``buffer_load_* ... lds``: an LDS DMA through a buffer descriptor (out-of-range
+    lanes read zeros)."""
+    vaddr, srsrc, soffset = ins.operands
+    offs, base, nrec = _buffer_addresses(sim, w, ins, vaddr, srsrc, soffset)
+
+    def read(lane: int) -> bytes:
+        off = int(offs[lane])
+        return sim.memory.read(base + off, size) if 0 <= off and off + size <= nrec \
+            else bytes(size)
+
+    _queue_lds_dma(sim, w, ins, size, read)
+
+
+def _global_load_lds(sim: Simulator, w: Wave, ins: Inst) -> None:
+    """``global_load_lds_*`` (gfx940+): an LDS DMA with global addressing (``vN, s[a:b]``
+    or ``v[a:b], off``); the immediate offset moves both the global and the LDS address."""
+    vaddr, saddr = ins.operands[:2]
+    size = _GLOBAL_SIZE[ins.opcode.removeprefix("global_load_lds_")]
+    addrs = sim.global_addresses(w, vaddr, saddr, int(ins.mods.get("offset", 0)))
+    _queue_lds_dma(sim, w, ins, size, lambda lane: sim.memory.read(int(addrs[lane]), size))
 
 
 def _buffer_load(sim: Simulator, w: Wave, ins: Inst) -> None:
@@ -876,8 +905,8 @@ def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
         addr_reg, data_reg = ins.operands
     else:
         data_reg, addr_reg = ins.operands
-    addr = sim.vsrc(w, addr_reg).astype(np.int64) + int(ins.mods.get("offset", 0))
-    sim.check_pending(w, [("lds", 0)])
+    # the address adds in 32 bits (LLVM folds `-4 * tx + 508` as a negative VGPR + offset)
+    addr = (sim.vsrc(w, addr_reg).astype(np.int64) + int(ins.mods.get("offset", 0))) % (1 << 32)
     d = _reg(data_reg)
     assert d is not None
     mask = w.exec_mask()
@@ -885,6 +914,8 @@ def _ds(sim: Simulator, w: Wave, ins: Inst) -> None:
     for lane in lanes:
         if addr[lane] < 0 or addr[lane] + size > len(sim.lds):
             raise SimulationError(f"`{ins.line}`: LDS address {addr[lane]} out of range")
+    # bytes an LDS DMA of this wave still has to write
+    sim.check_pending(w, sorted({u for lane in lanes for u in _lds_dwords(int(addr[lane]), size)}))
     if write:
         sim.check_pending(w, [("v", d[1] + i) for i in range(d[2])])
         words = w.vgpr[d[1]:d[1] + max(size // 4, 1)].copy()
@@ -1078,6 +1109,8 @@ def _ds_read2(sim: Simulator, w: Wave, ins: Inst) -> None:
     mask = w.exec_mask()
     words = size // 4
     offsets = [int(ins.mods.get(key, 0)) * unit for key in ("offset0", "offset1")]
+    sim.check_pending(w, sorted({u for lane in np.nonzero(mask)[0] for offset in offsets
+                                 for u in _lds_dwords(int(base[lane]) + offset, size)}))
 
     def apply() -> None:
         for half, offset in enumerate(offsets):
@@ -1096,6 +1129,7 @@ def _ds_write_hi(sim: Simulator, w: Wave, ins: Inst) -> None:
     a = sim.vsrc(w, addr_reg).astype(np.int64) + int(ins.mods.get("offset", 0))
     values = sim.vsrc(w, data) >> 16
     lanes = np.nonzero(w.exec_mask())[0]
+    sim.check_pending(w, sorted({u for lane in lanes for u in _lds_dwords(int(a[lane]), 2)}))
 
     def apply() -> None:
         for lane in lanes:
@@ -1117,6 +1151,7 @@ _HANDLERS: dict[str, Callable[[Simulator, Wave, Inst], None]] = {
     "v_mov_b64": _v_mov_b64,
     **{f"global_load_{s}": _global_load for s in ("dword", "dwordx2", "dwordx3", "dwordx4",
                                                    "ushort", "ubyte", "sbyte")},
+    **{f"global_load_lds_{s}": _global_load_lds for s in ("dword", "dwordx3", "dwordx4")},
     **{f"global_store_{s}": _global_store for s in ("dword", "dwordx2", "dwordx4", "short",
                                                      "byte", "short_d16_hi")},
     "s_add_u32": _s_add_carry, "s_addc_u32": _s_add_carry,
