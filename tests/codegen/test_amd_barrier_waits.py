@@ -298,8 +298,12 @@ def test_generated_kernels_have_no_barrier_with_lds_in_flight(kinds, loop, targe
     asm = _llvm_asm(_generated(kinds, loop), target)
     findings = asm_lds_checker.check(asm, target)
     assert [f for f in findings if f.kind != "redundant"] == []
-    # in a loop, LLVM's unrolling can make the first copy of a wait redundant
-    if not loop:
+    # in a loop, LLVM's unrolling can make the first copy of a wait redundant; and a read
+    # into a local (`acc[0] += S[..]`) stays in flight for the placement, while LLVM may
+    # drain it anyway in its wait for a later read that feeds a store (LDS completes in
+    # order, but LLVM may also schedule the two reads the other way round, so the
+    # placement cannot count on that wait)
+    if not loop and "read_local" not in kinds:
         assert findings == []
 
 
