@@ -43,10 +43,10 @@ def unchanged(func: tirx.PrimFunc, **options: object) -> None:
 @T.prim_func
 def seed_before(A: T.Buffer((128,), "float16")):
     for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 1, 32, 0)
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
         smem[0] = T.float16(0)
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
@@ -56,10 +56,10 @@ def seed_before(A: T.Buffer((128,), "float16")):
 @T.prim_func
 def seed_after(A: T.Buffer((128,), "float16")):
     for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 1, 32, 0)
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
         smem[0] = T.float16(0)
         T.ptx.fence("proxy", "async", "shared::cta", "")
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
@@ -74,10 +74,10 @@ def test_seed_wgmma_after_shared_store():
 @T.prim_func
 def descriptor_only(A: T.Buffer((128,), "float16")):
     for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 1, 32, 0)
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
@@ -154,12 +154,17 @@ def test_store_then_tma_store():
 
 @T.prim_func
 def stmatrix_then_wgmma(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
-        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(T.address_of(smem[0]), acc[0])
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
+        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(
+            T.address_of(smem[tx // 32 * 64 + tx % 8 * 8]), acc[0]
+        )
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
@@ -167,12 +172,17 @@ def stmatrix_then_wgmma(A: T.Buffer((128,), "float16")):
 
 @T.prim_func
 def stmatrix_then_wgmma_fenced(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
-        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(T.address_of(smem[0]), acc[0])
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
+        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(
+            T.address_of(smem[tx // 32 * 64 + tx % 8 * 8]), acc[0]
+        )
         T.ptx.fence("proxy", "async", "shared::cta", "")
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
@@ -185,11 +195,14 @@ def test_stmatrix_then_wgmma():
 
 @T.prim_func
 def ldmatrix_then_wgmma(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
@@ -197,11 +210,14 @@ def ldmatrix_then_wgmma(A: T.Buffer((128,), "float16")):
 
 @T.prim_func
 def ldmatrix_then_wgmma_fenced(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
         T.ptx.fence("proxy", "async", "shared::cta", "")
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
@@ -248,23 +264,29 @@ def test_loop_carried_generic_fences_at_the_top_of_the_body():
 def while_carried(A: T.Buffer((128,), "float32"), n: T.int32):
     for tx in T.thread_binding(128, thread="threadIdx.x"):
         smem = T.alloc_buffer((128,), "float32", scope="shared")
-        while n > 0:
+        left = T.alloc_buffer((1,), "int32", scope="local")
+        left[0] = n
+        while left[0] > 0:
             T.ptx.cp.async_.bulk.global_.shared__cta.bulk_group(A.data, smem.data, 512)
             T.ptx.cp.async_.bulk.commit_group()
             T.ptx.cp.async_.bulk.wait_group.read(0)
             smem[tx] = T.float32(1)
+            left[0] = left[0] - 1
 
 
 @T.prim_func
 def while_carried_fenced(A: T.Buffer((128,), "float32"), n: T.int32):
     for tx in T.thread_binding(128, thread="threadIdx.x"):
         smem = T.alloc_buffer((128,), "float32", scope="shared")
-        while n > 0:
+        left = T.alloc_buffer((1,), "int32", scope="local")
+        left[0] = n
+        while left[0] > 0:
             T.ptx.fence("proxy", "async", "shared::cta", "")
             T.ptx.cp.async_.bulk.global_.shared__cta.bulk_group(A.data, smem.data, 512)
             T.ptx.cp.async_.bulk.commit_group()
             T.ptx.cp.async_.bulk.wait_group.read(0)
             smem[tx] = T.float32(1)
+            left[0] = left[0] - 1
 
 
 def test_while_loop_carried():
