@@ -38,8 +38,9 @@ STRIPPED_OPS = frozenset(
 SWIZZLE = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
 
 
-def strip_sync(func: Any) -> Any:
-    """``func`` without the statements :data:`STRIPPED_OPS` names; needs TVM.
+def strip_sync(func: Any, ops: frozenset[str] = STRIPPED_OPS) -> Any:
+    """``func`` without the statements calling one of ``ops`` (by default every barrier and
+    fence, :data:`STRIPPED_OPS`); needs TVM.
 
     Raises:
         ValueError: ``func`` has none of them (nothing to strip means a wrong input).
@@ -54,7 +55,7 @@ def strip_sync(func: Any) -> Any:
         def visit_Evaluate(self, node: Any) -> Any:
             call = node.value
             if isinstance(call, ir.expr.Call) and isinstance(call.op, ir.Op):
-                if call.op.name in STRIPPED_OPS:
+                if call.op.name in ops:
                     removed.append(call.op.name)
                     return None
             return node

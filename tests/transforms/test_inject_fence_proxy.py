@@ -37,53 +37,77 @@ def unchanged(func: tirx.PrimFunc, **options: object) -> None:
 
 # ---------------------------------------------------------------------------------------
 # The seed's example: a shared store, then wgmma reading shared through a descriptor
+#
+# m64n8k16 f16 reads A (64 rows x 16 k x 2 B = 2 KiB) and B (8 rows, 256 B) through one
+# K-major, unswizzled descriptor: 8-row x 16-byte core matrices, LBO 8 (x 16 B: the second
+# k half of a row group 128 B on), SBO 16 (the next 8-row group 256 B on). A spans
+# smem[0:1024] exactly and B is its first 256 bytes: the buffer holds both operands. Each
+# wgmma comes with the handshake PTX asks for: wgmma.fence before it (register order),
+# commit_group and wait_group 0 after it (before the kernel ends with it in flight).
 # ---------------------------------------------------------------------------------------
 
 
 @T.prim_func
 def seed_before(A: T.Buffer((128,), "float16")):
     for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 1, 32, 0)
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
         smem[0] = T.float16(0)
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 @T.prim_func
 def seed_after(A: T.Buffer((128,), "float16")):
     for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 1, 32, 0)
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
         smem[0] = T.float16(0)
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.fence("proxy", "async", "shared::cta", "")
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 def test_seed_wgmma_after_shared_store():
+    # smem[0] is inside both operands: the generic store must be fenced before the wgmma's
+    # async read, and one fence right before it suffices for the proxies (after wgmma.fence,
+    # which orders registers, not shared memory). Ordering the other threads' stores before
+    # the wgmma is InsertSharedBarriers' job (tilewave.lower puts a barrier there);
+    # test_oracle checks the lowered kernel, and that it races without the fence.
     check(seed_before, seed_after)
 
 
 @T.prim_func
 def descriptor_only(A: T.Buffer((128,), "float16")):
     for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 1, 32, 0)
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 def test_descriptor_encoding_is_not_shared_traffic():
+    # The encoding takes smem's address but touches no shared memory, and nothing else
+    # does before the wgmma: there is no generic access to fence. (The wgmma reads shared
+    # memory nothing wrote, which racecheck reports as a warning, not an error.)
     unchanged(descriptor_only)
 
 
@@ -154,61 +178,96 @@ def test_store_then_tma_store():
 
 @T.prim_func
 def stmatrix_then_wgmma(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
-        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(T.address_of(smem[0]), acc[0])
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
+        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(
+            T.address_of(smem[tx // 32 * 64 + tx % 8 * 8]), acc[0]
+        )
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 @T.prim_func
 def stmatrix_then_wgmma_fenced(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
-        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(T.address_of(smem[0]), acc[0])
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
+        T.ptx.stmatrix.sync.aligned.m8n8.x1.shared.b16(
+            T.address_of(smem[tx // 32 * 64 + tx % 8 * 8]), acc[0]
+        )
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.fence("proxy", "async", "shared::cta", "")
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 def test_stmatrix_then_wgmma():
+    # Lanes 0-7 of warp w name rows 8w..8w+7 (16 bytes each) of the A operand: the warps'
+    # stmatrix rows are disjoint, and each warp's ldmatrix reads the rows it then writes.
+    # The stmatrix writes through the generic proxy what the wgmma reads through the async
+    # one, so the fence is needed; one after the stmatrix also covers the ldmatrix.
     check(stmatrix_then_wgmma, stmatrix_then_wgmma_fenced)
 
 
 @T.prim_func
 def ldmatrix_then_wgmma(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 @T.prim_func
 def ldmatrix_then_wgmma_fenced(A: T.Buffer((128,), "float16")):
-    for _tx in T.thread_binding(128, thread="threadIdx.x"):
-        smem = T.alloc_buffer((128,), "float16", scope="shared")
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        smem = T.alloc_buffer((1024,), "float16", scope="shared")
         acc = T.alloc_buffer((4,), "float32", scope="local")
         desc = T.alloc_buffer((1,), "uint64", scope="local")
-        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(acc[0], T.address_of(smem[0]))
+        T.cuda.wgmma.encode_matrix_descriptor(desc.data, smem.data, 8, 16, 0)
+        T.ptx.ldmatrix.sync.aligned.m8n8.x1.shared.b16(
+            acc[0], T.address_of(smem[tx // 32 * 64 + tx % 8 * 8])
+        )
+        T.ptx.wgmma.fence.sync.aligned()
         T.ptx.fence("proxy", "async", "shared::cta", "")
         T.ptx.wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16(
             acc[0], acc[1], acc[2], acc[3], desc[0], desc[0], T.bool(True), 1, 1, 0, 0
         )
+        T.ptx.wgmma.commit_group.sync.aligned()
+        T.ptx.wgmma.wait_group.sync.aligned(0)
 
 
 def test_ldmatrix_then_wgmma():
+    # ldmatrix only reads what the wgmma only reads: no hazard (racecheck reports none
+    # without the fence). The op table counts ldmatrix as generic shared traffic, read or
+    # not, so the pass fences it: conservative, one fence, and what this test pins down.
     check(ldmatrix_then_wgmma, ldmatrix_then_wgmma_fenced)
 
 
@@ -248,26 +307,36 @@ def test_loop_carried_generic_fences_at_the_top_of_the_body():
 def while_carried(A: T.Buffer((128,), "float32"), n: T.int32):
     for tx in T.thread_binding(128, thread="threadIdx.x"):
         smem = T.alloc_buffer((128,), "float32", scope="shared")
-        while n > 0:
+        left = T.alloc_buffer((1,), "int32", scope="local")
+        left[0] = n
+        while left[0] > 0:
             T.ptx.cp.async_.bulk.global_.shared__cta.bulk_group(A.data, smem.data, 512)
             T.ptx.cp.async_.bulk.commit_group()
             T.ptx.cp.async_.bulk.wait_group.read(0)
             smem[tx] = T.float32(1)
+            left[0] = left[0] - 1
 
 
 @T.prim_func
 def while_carried_fenced(A: T.Buffer((128,), "float32"), n: T.int32):
     for tx in T.thread_binding(128, thread="threadIdx.x"):
         smem = T.alloc_buffer((128,), "float32", scope="shared")
-        while n > 0:
+        left = T.alloc_buffer((1,), "int32", scope="local")
+        left[0] = n
+        while left[0] > 0:
             T.ptx.fence("proxy", "async", "shared::cta", "")
             T.ptx.cp.async_.bulk.global_.shared__cta.bulk_group(A.data, smem.data, 512)
             T.ptx.cp.async_.bulk.commit_group()
             T.ptx.cp.async_.bulk.wait_group.read(0)
             smem[tx] = T.float32(1)
+            left[0] = left[0] - 1
 
 
 def test_while_loop_carried():
+    # As for the `for` loop: iteration i's generic store to smem reaches iteration i+1's
+    # bulk store (an async read of smem) over the back edge, so the fence goes at the top
+    # of the body (redundant, but harmless, on the first iteration). The countdown `left`
+    # is local: no shared traffic.
     check(while_carried, while_carried_fenced)
 
 
