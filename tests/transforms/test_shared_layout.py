@@ -9,13 +9,16 @@ from hypothesis import strategies as st
 from tvm import s_tir, tirx
 from tvm.script import tirx as T
 
+from tilewave.analysis.shared_buffers import shared_buffers_addressed
 from tilewave.errors import MalformedKernelError
 from tilewave.ir.walker import post_order_visit
 from tilewave.transforms.shared_layout import (
     CompactBufferAllocation,
     PlanSharedLayout,
     StorageRewrite,
+    _Unpin,
     address_alignment,
+    keep_addressed_shared,
     plan_dynamic_shared,
     shared_layout,
 )
@@ -65,6 +68,37 @@ def test_compaction_keeps_an_addressed_ring_and_still_compacts_the_rest():
     after = _run(CompactBufferAllocation(), addressed_ring)
     assert _alloc_shape(after, "ring") == [4 * 64]
     assert _alloc_shape(after, "plain") == [32]  # TVM's compaction still runs on it
+
+
+def _pins_ignored_then(tvm_pass):
+    """``tvm_pass`` after a pass that removes tilewave's pins: what a TVM pass that no longer
+    honours them would do."""
+
+    def drop_pins(mod, _ctx):
+        funcs = {
+            gvar: func.with_body(_Unpin(shared_buffers_addressed(func.body)).visit(func.body))
+            for gvar, func in mod.functions.items()
+        }
+        return tvm.IRModule(funcs, attrs=mod.attrs)
+
+    pins_dropped = tvm.transform.module_pass(drop_pins, opt_level=0, name="drop_pins")
+    return lambda: tvm.transform.Sequential([pins_dropped, tvm_pass()])
+
+
+def test_a_pass_that_shrinks_an_addressed_tile_all_the_same_is_refused():
+    wrapped = keep_addressed_shared(
+        _pins_ignored_then(s_tir.transform.CompactBufferAllocation),
+        "s_tir.CompactBufferAllocation",
+    )
+    with pytest.raises(MalformedKernelError) as caught:
+        _run(wrapped, addressed_ring)
+    assert str(caught.value) == (
+        "s_tir.CompactBufferAllocation shrank shared buffer 'ring' in function "
+        "'addressed_ring' from 512 to 386 bytes, although the kernel takes its address (an "
+        "async copy, a matrix descriptor or an mbarrier may use bytes TVM's pass does not "
+        "see); its async ops would read or write past the new end. Disable the pass for "
+        'this kernel: PassContext(disabled_pass=["s_tir.CompactBufferAllocation"]).'
+    )
 
 
 def test_compaction_wrapper_is_exact_on_addressed_buffers():

@@ -43,7 +43,7 @@ from tvm import ir, s_tir, tirx
 
 from tilewave.analysis.shared_buffers import shared_buffers_addressed
 from tilewave.errors import MalformedKernelError, where
-from tilewave.ir.walker import TIRMutator, TIRVisitor, rebuild
+from tilewave.ir.walker import TIRMutator, TIRVisitor, post_order_visit, rebuild
 
 __all__ = [
     "CompactBufferAllocation",
@@ -51,6 +51,7 @@ __all__ = [
     "SharedSlot",
     "StorageRewrite",
     "address_alignment",
+    "check_addressed_kept",
     "keep_addressed_shared",
     "plan_dynamic_shared",
     "shared_layout",
@@ -133,6 +134,52 @@ def _addressed(func: tirx.PrimFunc) -> list[ir.expr.Var]:
     return shared_buffers_addressed(func.body)
 
 
+def _allocated_bytes(body: Any) -> dict[str, int | None]:
+    """Bytes of each buffer ``body`` allocates, by name (``None``: not a constant)."""
+    sizes: dict[str, int | None] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, tirx.AllocBuffer):
+            buffer = node.buffer
+            size = _constant_bytes(buffer)
+            name = buffer.name
+            sizes[name] = size if name not in sizes else None  # two of one name: unknown
+
+    post_order_visit(body, visit, types=(tirx.AllocBuffer,))
+    return sizes
+
+
+def _constant_bytes(buffer: Any) -> int | None:
+    count = 1
+    for extent in buffer.ty.shape:
+        if not isinstance(extent, tirx.IntImm):
+            return None
+        count *= int(extent.value)
+    dtype = tvm.DataType(str(buffer.ty.dtype))
+    return count * dtype.bits * dtype.lanes // 8
+
+
+def check_addressed_kept(
+    before: tirx.PrimFunc, after: tirx.PrimFunc, pinned: list[ir.expr.Var], pass_name: str
+) -> None:
+    """Raise if ``pass_name`` shrank a shared buffer whose address the kernel takes.
+
+    Raises:
+        MalformedKernelError: naming the buffer, both sizes and how to disable the pass.
+    """
+    old, new = _allocated_bytes(before.body), _allocated_bytes(after.body)
+    for buffer in pinned:
+        was, now = old.get(buffer.name), new.get(buffer.name)
+        if was is not None and now is not None and now < was:
+            raise MalformedKernelError(
+                f"{pass_name} shrank shared buffer '{buffer.name}' {where(_func_name(before))} "
+                f"from {was} to {now} bytes, although the kernel takes its address (an async "
+                "copy, a matrix descriptor or an mbarrier may use bytes TVM's pass does not "
+                "see); its async ops would read or write past the new end. Disable the pass "
+                f"for this kernel: PassContext(disabled_pass=[\"{pass_name}\"])."
+            )
+
+
 def keep_addressed_shared(
     tvm_pass: Callable[[], tvm.transform.Pass], name: str
 ) -> tvm.transform.Pass:
@@ -143,7 +190,8 @@ def keep_addressed_shared(
     ``T.evaluate(buf.data)`` right after its allocation and at the end of the allocation's
     scope: a use of the whole buffer that lives as long as the buffer. TVM's passes then
     neither shrink it (CompactBufferAllocation) nor reuse its memory
-    (StorageRewrite); the markers are removed afterwards.
+    (StorageRewrite); the markers are removed afterwards, and a buffer the pass shrank all
+    the same is an error (:func:`check_addressed_kept`).
     """
 
     def transform(mod: ir.IRModule, _ctx: tvm.transform.PassContext) -> ir.IRModule:
@@ -158,11 +206,14 @@ def keep_addressed_shared(
         if not pinned:
             return tvm_pass()(mod)
         mod = tvm.IRModule({**dict(mod.functions.items()), **staged}, attrs=mod.attrs)
+        originals = {gvar.name_hint: func for gvar, func in staged.items()}
         mod = tvm_pass()(mod)
         updates = {}
         for gvar, func in mod.functions.items():
             if isinstance(func, tirx.PrimFunc) and gvar.name_hint in pinned:
-                updates[gvar] = func.with_body(_Unpin(pinned[gvar.name_hint]).visit(func.body))
+                buffers = pinned[gvar.name_hint]
+                check_addressed_kept(originals[gvar.name_hint], func, buffers, name)
+                updates[gvar] = func.with_body(_Unpin(buffers).visit(func.body))
         return tvm.IRModule({**dict(mod.functions.items()), **updates}, attrs=mod.attrs)
 
     return tvm.transform.module_pass(transform, opt_level=0, name=name)
