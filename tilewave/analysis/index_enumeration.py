@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tvm import ir, tirx
 
+from tilewave.analysis.footprint import FootprintCache
+
 if TYPE_CHECKING:
     from tilewave.analysis.shared_access import LoopRange, SharedAccess
 
@@ -366,16 +368,26 @@ _Ties = tuple[list[tuple[Any, int, int]], list[tuple[Any, int, int]]]
 
 
 _SIDES: weakref.WeakKeyDictionary[Any, tuple[int, _Side | None]] = weakref.WeakKeyDictionary()
+#: sides by footprint: accesses of other statements with the same indices, conditions and
+#: loops enumerate the same points (their point sets are cached on the side)
+_SHARED_SIDES = FootprintCache()
 
 
 def _side(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _Side:
     """The (cached) enumerable form of ``access``; raises when it has none."""
     cached = _SIDES.get(access)
     if cached is None or cached[0] != id(thread_extents):
-        try:
-            side: _Side | None = _Side(access, thread_extents)
-        except _NotEnumerable:
-            side = None
+        shared = access.footprint
+        found, side = (False, None) if shared is None else _SHARED_SIDES.lookup(
+            shared, thread_extents
+        )
+        if not found:
+            try:
+                side = _Side(access, thread_extents)
+            except _NotEnumerable:
+                side = None
+            if shared is not None:
+                _SHARED_SIDES.put(shared, thread_extents, side)
         cached = (id(thread_extents), side)
         _SIDES[access] = cached
     if cached[1] is None:
