@@ -28,6 +28,7 @@ from typing import Any
 import tvm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # this checkout's tilewave
 
 from barrier_count import REPO, _load, sync_input
 
