@@ -338,6 +338,7 @@ class _Search:
         path that does not order them; ``groups``: cp.async copies complete through
         commit/wait groups (CUDA)."""
         is_async = access.is_async
+        writes = access.kind.writes
         domain = access.async_domain if groups else None
         # a grouped access's group: _OPEN until a commit, then the number of newer groups
         group = _OPEN if is_async and domain in _GROUP_DOMAINS else _NO_GROUP
@@ -363,17 +364,25 @@ class _Search:
             seen.add(state)
             node_id, signalled, landed, group, distance, positions = state
             node = self.graph.nodes[node_id]
-            iterations = {
-                lp: frozenset({d})
-                for lp, d in zip(loops, distance, strict=True)
-                if lp is not None and d < _EXITED
-            }
-            exited = {
-                lp: d - _EXITED
-                for lp, d in zip(loops, distance, strict=True)
-                if lp is not None and d >= _EXITED
-            }
-            for other in node.accesses:
+            # accesses already found, and pairs where neither access writes (no hazard
+            # either way), need no question
+            candidates = [
+                other
+                for other in node.accesses
+                if (writes or other.kind.writes) and not any(other is f for f in found)
+            ]
+            if candidates:
+                iterations = {
+                    lp: frozenset({d})
+                    for lp, d in zip(loops, distance, strict=True)
+                    if lp is not None and d < _EXITED
+                }
+                exited = {
+                    lp: d - _EXITED
+                    for lp, d in zip(loops, distance, strict=True)
+                    if lp is not None and d >= _EXITED
+                }
+            for other in candidates:
                 conflict = _conflict(
                     self.graph.memory,
                     access,
