@@ -44,6 +44,11 @@ class Footprint:
     exprs: Any
     loops: tuple[tuple[Any, ...], ...]
     refs: tuple[Any, ...] = field(compare=False, repr=False)
+    #: ``hash((exprs, loops))``, computed once (footprints are looked up in pairs)
+    key_hash: int = field(default=0, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        return self.key_hash
 
 
 def footprint_of(access: Any) -> Footprint | None:
@@ -69,7 +74,7 @@ def footprint_of(access: Any) -> Footprint | None:
         for lp in loops
     )
     refs = tuple(lp.var for lp in loops) + tuple(lp.loop for lp in loops if lp.loop is not None)
-    return Footprint(exprs, keys, refs)
+    return Footprint(exprs, keys, refs, hash((exprs, keys)))
 
 
 class FootprintCache:

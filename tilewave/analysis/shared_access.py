@@ -1122,7 +1122,26 @@ def _needs_proof(
     a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], ordered: bool
 ) -> bool:
     """False when interval bounds or per-thread ownership prove the accesses apart (every
-    loop variable independent, path conditions ignored); True: ask the analyzer."""
+    loop variable independent, path conditions ignored); True: ask the analyzer.
+    Remembered per pair of footprints (the facts are the footprints')."""
+    shared = None
+    if a.footprint is not None and b.footprint is not None:
+        shared = (a.footprint, b.footprint, ordered)
+        found, verdict = _SHARED_NEEDS.lookup(shared, thread_extents)
+        if found:
+            return verdict
+    verdict = _needs_proof_of(a, b, thread_extents, ordered)
+    if shared is not None:
+        _SHARED_NEEDS.put(shared, thread_extents, verdict)
+    return verdict
+
+
+_SHARED_NEEDS = FootprintCache()
+
+
+def _needs_proof_of(
+    a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], ordered: bool
+) -> bool:
     info_a, info_b = _index_facts(a, thread_extents), _index_facts(b, thread_extents)
     for ba, bb in zip(info_a.bounds, info_b.bounds, strict=True):
         if ba is not None and bb is not None and (ba[1] < bb[0] or bb[1] < ba[0]):

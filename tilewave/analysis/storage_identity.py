@@ -327,6 +327,8 @@ def _pool_lifetimes(
         if s.root is not None and hash(s.root) in roots
     }
     found: dict[int, tuple[int, int, int]] = {}
+    if not roots:
+        return found  # no pooled allocation: no statement list to look at
 
     def on_list(seq: Any) -> None:
         items = list(seq.seq)

@@ -356,6 +356,10 @@ class _Placer:
         #: ``sync_action`` of leaf statements and the sync counts of statement trees, by
         #: node (fixed-point rounds and rewritten bodies meet the same nodes again)
         self._actions: dict[Any, SyncAction | None] = {}
+        #: access lists already checked for races inside their statement, by id
+        self._checked: dict[int, list[SharedAccess]] = {}
+        #: the scope after a ``Bind`` / inside a loop, per (statement, outer scope)
+        self._scopes: dict[tuple[Any, AccessScope], AccessScope] = {}
         self._counts: dict[Any, tuple[int, int]] = {}
 
     # -- facts ---------------------------------------------------------------------------
@@ -411,7 +415,7 @@ class _Placer:
             out = []
             for child in stmt.seq:
                 out += self.all_accesses(child, scope)
-                scope = _after(child, scope)
+                scope = self.after(child, scope)
             return out
         if isinstance(stmt, tirx.IfThenElse):
             out = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
@@ -457,13 +461,28 @@ class _Placer:
             self._verdicts[key] = verdict
         return verdict
 
+    def after(self, stmt: Any, scope: AccessScope) -> AccessScope:
+        """The scope of the statements that follow ``stmt`` in its statement list (one
+        object per statement and scope: rounds and look-aheads reuse it)."""
+        if not isinstance(stmt, tirx.Bind):
+            return scope
+        key = (stmt, scope)
+        found = self._scopes.get(key)
+        if found is None:
+            found = self._scopes[key] = _after(stmt, scope)
+        return found
+
     def _scope_inside(self, loop: Any, scope: AccessScope) -> AccessScope:
         if loop.kind == tirx.ForKind.THREAD_BINDING:
             return scope
-        lr = LoopRange.of(loop, scope, list(self.thread_extents))
-        if lr.loop is not None and lr.loop in self._repeated:
-            lr = replace(lr, loop=None)  # one For object at two places: not one loop instance
-        return scope.within_loop(lr)
+        key = (loop, scope)
+        found = self._scopes.get(key)
+        if found is None:
+            lr = LoopRange.of(loop, scope, list(self.thread_extents))
+            if lr.loop is not None and lr.loop in self._repeated:
+                lr = replace(lr, loop=None)  # one For at two places: not one loop instance
+            found = self._scopes[key] = scope.within_loop(lr)
+        return found
 
     def is_divergent(self, expr: Any, scope: AccessScope) -> bool:
         """Whether control flow on ``expr`` may differ between threads (not proved
@@ -608,13 +627,14 @@ class _Placer:
             items: list[Any] = []
             children = list(stmt.seq)
             for at, child in enumerate(children):
-                self._upcoming.append(self._later_accesses(children, at + 1, _after(child, scope)))
+                later = self.after(child, scope)
+                self._upcoming.append(self._later_accesses(children, at + 1, later))
                 try:
                     new, state = self.visit(child, state, scope, divergent)
                 finally:
                     self._upcoming.pop()
                 items.extend(new)
-                scope = _after(child, scope)
+                scope = later
             return items, state
         if isinstance(stmt, tirx.IfThenElse):
             return self.visit_if(stmt, state, scope, divergent)
@@ -639,7 +659,7 @@ class _Placer:
                 inner = scope
                 for child in children[start:]:
                     out += self.all_accesses(child, inner)
-                    inner = _after(child, inner)
+                    inner = self.after(child, inner)
                 found.append(out)
             return found[0]
 
@@ -690,6 +710,11 @@ class _Placer:
         return ([barrier] if barrier else []) + [stmt], state
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
+        """Raise when two accesses of one statement may race (checked once per access
+        list: fixed-point rounds visit the statement again with the same list)."""
+        if len(accesses) < 2 or id(accesses) in self._checked:
+            return
+        self._checked[id(accesses)] = accesses  # (kept: the id stays this list's)
         for i, a in enumerate(accesses):
             for b in accesses[i + 1 :]:
                 # one statement instance: the same iteration of every loop
