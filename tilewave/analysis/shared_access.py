@@ -593,10 +593,11 @@ class _AccessCollector(TIRVisitor):
             return
         if name.startswith(_MBARRIER_OPS) or name.startswith(_TMA_LOAD):
             self._mbarrier_object(node, name)
+        # (an unclassified call nested in another is its operand: not looked into)
+        if self._depth > 0 and not classify_call(node):
+            return
         buffers = shared_buffers_addressed(node)
         if not buffers:
-            return
-        if self._depth > 0 and not classify_call(node):
             return
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
         domain = _domain_of(name)
