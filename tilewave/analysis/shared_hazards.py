@@ -32,6 +32,7 @@ storage identity).
 from __future__ import annotations
 
 import enum
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -331,6 +332,18 @@ class _Search:
         self.graph = graph
         self.thread_extents = thread_extents
 
+    @functools.cached_property
+    def _loop_edges(self) -> set[tuple[int, int]]:
+        """Edges that enter, leave or go back around a loop (on any other edge iteration
+        distances and positions stay as they are); gathered when the search starts."""
+        graph = self.graph
+        return (
+            set(graph.entry_edges)
+            | set(graph.back_edges)
+            | set(graph.exit_edges)
+            | set(graph.while_back_edges)
+        )
+
     def reachable_conflicts(
         self, start: int, access: SharedAccess, groups: bool = True
     ) -> list[SharedAccess]:
@@ -412,6 +425,8 @@ class _Search:
         not in), after the edge ``src->dst``: 0 on entry, one more per back edge (up to
         FAR: two or more), forgotten on exit."""
         edge = (src, dst)
+        if edge not in self._loop_edges:
+            return positions
         if edge in self.graph.entry_edges:
             loop = self.graph.entry_edges[edge]
             if any(lp is not None and lp.same_as(loop) for lp in loops):
@@ -433,6 +448,8 @@ class _Search:
         """Iteration distances (per loop of the start access) after the edge ``src->dst``:
         a back edge is one iteration more of its loop and a new instance of loops inside;
         an exit edge records the distance from the loop's last iteration (``_EXITED + d``)."""
+        if (src, dst) not in self._loop_edges:
+            return distance
         depth = self.graph.while_back_edges.get((src, dst))
         if depth is not None:
             # loops inside the While start a new instance; loops the access has exited
