@@ -63,8 +63,8 @@ def test_a_new_variable_is_a_new_footprint() -> None:
 
 
 def test_cache_is_per_run_and_bounded() -> None:
-    cache = FootprintCache(limit=2)
-    run_a, run_b = {}, {}
+    cache = FootprintCache(limit=2, runs=2)
+    run_a, run_b, run_c = {}, {}, {}
     cache.put("k", run_a, 1)
     assert cache.lookup("k", run_a) == (True, 1)
     assert cache.lookup("k", run_b) == (False, None)  # another run's map: not shared
@@ -72,3 +72,8 @@ def test_cache_is_per_run_and_bounded() -> None:
     cache.put("k3", run_a, 3)  # the limit drops what was there
     assert cache.lookup("k", run_a) == (False, None)
     assert cache.lookup("k3", run_a) == (True, 3)
+    cache.put("k", run_b, 4)
+    cache.put("k", run_c, 5)  # a third run: the oldest (run_a) goes
+    assert cache.lookup("k3", run_a) == (False, None)
+    assert cache.lookup("k", run_b) == (True, 4)
+    assert cache.lookup("k", run_c) == (True, 5)

@@ -81,21 +81,31 @@ class FootprintCache:
     """Results keyed by footprints (and anything else hashable) within one analysis run:
     the run is the thread-extent map object it passes (each pass or verifier run collects
     its own), so nothing is shared between runs and a benchmark's repeated run costs what
-    the first did. Bounded: the whole cache is dropped when it reaches ``limit`` entries.
-    Each entry keeps the map alive, so its ``id`` stays the run's."""
+    the first did. Only the ``runs`` most recent runs are kept (their index spaces can be
+    large), each with at most ``limit`` entries (a run's entries are dropped at the
+    limit). A run's entries keep its map alive, so its ``id`` stays the run's."""
 
-    def __init__(self, limit: int = 50_000) -> None:
-        self._entries: dict[tuple[int, Hashable], tuple[Any, Any]] = {}
+    def __init__(self, limit: int = 50_000, runs: int = 4) -> None:
+        #: id of a run's map -> (the map, that run's entries), oldest run first
+        self._runs: dict[int, tuple[Mapping[Any, int], dict[Hashable, Any]]] = {}
         self._limit = limit
+        self._max_runs = runs
 
     def lookup(self, key: Hashable, thread_extents: Mapping[Any, int]) -> tuple[bool, Any]:
         """``(True, result)`` stored under ``key`` in this run, else ``(False, None)``."""
-        entry = self._entries.get((id(thread_extents), key))
-        return (False, None) if entry is None else (True, entry[1])
+        run = self._runs.get(id(thread_extents))
+        if run is None or key not in run[1]:
+            return (False, None)
+        return (True, run[1][key])
 
     def put(self, key: Hashable, thread_extents: Mapping[Any, int], value: Any) -> Any:
         """Store ``value`` under ``key`` for this run; returns it."""
-        if len(self._entries) >= self._limit:
-            self._entries.clear()
-        self._entries[(id(thread_extents), key)] = (thread_extents, value)
+        run = self._runs.get(id(thread_extents))
+        if run is None:
+            while len(self._runs) >= self._max_runs:
+                del self._runs[next(iter(self._runs))]  # the oldest run
+            run = self._runs[id(thread_extents)] = (thread_extents, {})
+        if len(run[1]) >= self._limit:
+            run[1].clear()
+        run[1][key] = value
         return value
