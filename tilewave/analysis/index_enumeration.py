@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tvm import ir, tirx
 
+from tilewave.analysis.footprint import FootprintCache
+
 if TYPE_CHECKING:
     from tilewave.analysis.shared_access import LoopRange, SharedAccess
 
@@ -366,16 +368,26 @@ _Ties = tuple[list[tuple[Any, int, int]], list[tuple[Any, int, int]]]
 
 
 _SIDES: weakref.WeakKeyDictionary[Any, tuple[int, _Side | None]] = weakref.WeakKeyDictionary()
+#: sides by footprint: accesses of other statements with the same indices, conditions and
+#: loops enumerate the same points (their point sets are cached on the side)
+_SHARED_SIDES = FootprintCache()
 
 
 def _side(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _Side:
     """The (cached) enumerable form of ``access``; raises when it has none."""
     cached = _SIDES.get(access)
     if cached is None or cached[0] != id(thread_extents):
-        try:
-            side: _Side | None = _Side(access, thread_extents)
-        except _NotEnumerable:
-            side = None
+        shared = access.footprint
+        found, side = (False, None) if shared is None else _SHARED_SIDES.lookup(
+            shared, thread_extents
+        )
+        if not found:
+            try:
+                side = _Side(access, thread_extents)
+            except _NotEnumerable:
+                side = None
+            if shared is not None:
+                _SHARED_SIDES.put(shared, thread_extents, side)
         cached = (id(thread_extents), side)
         _SIDES[access] = cached
     if cached[1] is None:
@@ -447,12 +459,31 @@ def _tied_values(a: _Side, b: _Side, la: LoopRange, lb: LoopRange, dist: int) ->
     shift = dist * la.step
     valid_a, valid_b = a.valid(la), b.valid(lb)
     pa, pb = a.period(la), b.period(lb)
+    # the pairs depend on these values only: many accesses of one loop share them
     if valid_a is None or valid_b is None or pa is None or pb is None:
-        pairs = values[np.isin(values + shift, values)]
+        key: tuple[Any, ...] = (la.min, la.extent, la.step, shift)
     else:
-        joint = valid_a[np.isin(valid_a + shift, valid_b)]
-        pairs = _one_per_residue(joint, joint, pa * pb // math.gcd(pa, pb), la)
-    return {la.var: pairs}, {lb.var: pairs + shift}
+        period = pa * pb // math.gcd(pa, pb)
+        key = (la.min, la.extent, la.step, shift, period, valid_a.tobytes(), valid_b.tobytes())
+    found = _TIED.get(key)
+    if found is None:
+        if valid_a is None or valid_b is None or pa is None or pb is None:
+            pairs = values[np.isin(values + shift, values)]
+        else:
+            joint = valid_a[np.isin(valid_a + shift, valid_b)]
+            pairs = _one_per_residue(joint, joint, period, la)
+        found = (pairs, pairs + shift)
+        for array in found:
+            array.flags.writeable = False  # shared between questions
+        if len(_TIED) >= _TIED_LIMIT:
+            _TIED.clear()
+        _TIED[key] = found
+    return {la.var: found[0]}, {lb.var: found[1]}
+
+
+#: ``_tied_values`` pairs by (loop bounds, shift, period, both sides' valid iterations)
+_TIED: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+_TIED_LIMIT = 4096
 
 
 @dataclass(frozen=True)

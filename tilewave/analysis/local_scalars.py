@@ -43,11 +43,12 @@ def _top_level_stores(body: Any) -> list[Any]:
 
 def single_assignment_scalars(func: Any) -> dict[Any, Any]:
     """Local one-element buffer -> the value of its only (top-level) store."""
-    counts: dict[Any, int] = {}
+    counts: dict[int, int] = {}  # by node handle (``==`` on expressions builds ``EQ``)
 
     def count(node: Any) -> None:
         if isinstance(node, tirx.BufferStore):
-            counts[node.buffer] = counts.get(node.buffer, 0) + 1
+            key = hash(node.buffer)
+            counts[key] = counts.get(key, 0) + 1
         elif isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
             # a buffer whose address is taken may be written through the pointer
             for arg in node.args:
@@ -57,7 +58,7 @@ def single_assignment_scalars(func: Any) -> dict[Any, Any]:
                 ):
                     inner = arg.args[0] if isinstance(arg, ir.expr.Call) else arg
                     source = getattr(inner, "source", inner)
-                    counts[source] = counts.get(source, 0) + 2
+                    counts[hash(source)] = counts.get(hash(source), 0) + 2
 
     post_order_visit(func.body, count, (tirx.BufferStore, ir.expr.Call))
     values: dict[Any, Any] = {}
@@ -65,7 +66,7 @@ def single_assignment_scalars(func: Any) -> dict[Any, Any]:
         buffer = store.buffer
         shape = buffer.ty.shape
         if (
-            counts.get(buffer, 0) != 1
+            counts.get(hash(buffer), 0) != 1
             or buffer_scope(buffer) != "local"
             or len(shape) != 1
             or not isinstance(shape[0], tirx.IntImm)

@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
@@ -74,7 +75,22 @@ _ARITH_TYPES = (
 
 def analysable(expr: Any) -> bool:
     """True when ``expr`` is integer/boolean arithmetic over variables and constants only
-    (no loads, calls or lets, whose values the analyzer would treat as fixed)."""
+    (no loads, calls or lets, whose values the analyzer would treat as fixed). Remembered
+    per expression structure (index expressions recur in many statements)."""
+    key = tvm_ffi.StructuralKey(expr)
+    found = _ANALYSABLE.get(key)
+    if found is None:
+        if len(_ANALYSABLE) >= _ANALYSABLE_LIMIT:
+            _ANALYSABLE.clear()
+        found = _ANALYSABLE[key] = _analysable(expr)
+    return found
+
+
+_ANALYSABLE: dict[Any, bool] = {}
+_ANALYSABLE_LIMIT = 16_384
+
+
+def _analysable(expr: Any) -> bool:
     ok = True
 
     def check(node: Any) -> None:

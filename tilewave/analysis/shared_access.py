@@ -31,6 +31,7 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.analysis.copy_regions import MATRIX_ROW_OPS, copy_region
+from tilewave.analysis.footprint import Footprint, FootprintCache, footprint_of
 from tilewave.analysis.hopper_ops import (
     DescriptorSource,
     descriptor_region,
@@ -336,6 +337,12 @@ class SharedAccess:
         return frozenset(lp.loop for lp in self.loops if lp.loop is not None)
 
     @functools.cached_property
+    def footprint(self) -> Footprint | None:
+        """What the disjointness proofs read of this access, as a key
+        (:mod:`tilewave.analysis.footprint`; ``None`` for an access through a pointer)."""
+        return footprint_of(self)
+
+    @functools.cached_property
     def indices_analysable(self) -> bool:
         """Whether every (resolved) index is plain integer arithmetic."""
         return self.resolved_indices is not None and all(
@@ -445,7 +452,8 @@ _GROUP_OPS = {
     "bulk": ("tirx.ptx.cp_async_bulk_commit_group", "tirx.ptx.cp_async_bulk_wait_group"),
 }
 #: async copies that complete through cp.async commit/wait groups
-_GROUP_COPY_PREFIXES = ("tirx.ptx.cp_async_ca", "tirx.ptx.cp_async_cg", "tirx.s_tir.cp_async_raw")
+#: ops whose copies join cp.async commit groups (async domain ``"cp.async"``)
+GROUP_COPY_PREFIXES = ("tirx.ptx.cp_async_ca", "tirx.ptx.cp_async_cg", "tirx.s_tir.cp_async_raw")
 
 
 def _int_arg(call: ir.expr.Call, index: int, default: int) -> int:
@@ -586,10 +594,11 @@ class _AccessCollector(TIRVisitor):
             return
         if name.startswith(_MBARRIER_OPS) or name.startswith(_TMA_LOAD):
             self._mbarrier_object(node, name)
+        # (an unclassified call nested in another is its operand: not looked into)
+        if self._depth > 0 and not classify_call(node):
+            return
         buffers = shared_buffers_addressed(node)
         if not buffers:
-            return
-        if self._depth > 0 and not classify_call(node):
             return
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
         domain = _domain_of(name)
@@ -665,7 +674,7 @@ _WGMMA_CONTROL = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit", "tirx.ptx.wgm
 
 
 def _domain_of(name: str) -> str | None:
-    if name.startswith(_GROUP_COPY_PREFIXES):
+    if name.startswith(GROUP_COPY_PREFIXES):
         return "cp.async"
     if name.startswith(_TMA_LOAD):
         return "mbarrier"
@@ -965,6 +974,9 @@ def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
 
 
 _PROOF_CACHE: weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]] = weakref.WeakKeyDictionary()
+#: proof verdicts by the two accesses' footprints: statements with the same indices,
+#: conditions and loops get the same answer (:mod:`tilewave.analysis.footprint`)
+_SHARED_PROOFS = FootprintCache()
 
 
 def same_iteration(a: SharedAccess, b: SharedAccess) -> dict[Any, frozenset[int]]:
@@ -1028,9 +1040,19 @@ def may_conflict(
     )
     cached = _PROOF_CACHE.setdefault(a, {})
     if key not in cached:
-        cached[key] = not prove_no_overlap(
-            a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
+        shared = None
+        if a.footprint is not None and b.footprint is not None:
+            shared = (a.footprint, b.footprint, ordered, key[1:])
+        found, verdict = (False, None) if shared is None else _SHARED_PROOFS.lookup(
+            shared, thread_extents
         )
+        if not found:
+            verdict = not prove_no_overlap(
+                a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
+            )
+            if shared is not None:
+                _SHARED_PROOFS.put(shared, thread_extents, verdict)
+        cached[key] = verdict
     return cached[key]
 
 
@@ -1090,16 +1112,27 @@ _FACTS_CACHE: weakref.WeakKeyDictionary[SharedAccess, tuple[int, _IndexFacts]] =
 )
 
 
+#: facts by footprint (accesses of other statements with the same indices and loops)
+_SHARED_FACTS = FootprintCache()
+
+
 def _index_facts(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _IndexFacts:
     cached = _FACTS_CACHE.get(access)
     if cached is not None and cached[0] == id(thread_extents):
         return cached[1]
-    ranges = _ranges_of(access, thread_extents)
-    indices = access.resolved_indices or ()
-    facts = _IndexFacts(
-        tuple(_bounds(x, ranges) for x in indices),
-        tuple(_thread_part(x, thread_extents, ranges) for x in indices),
+    shared = access.footprint
+    found, facts = (False, None) if shared is None else _SHARED_FACTS.lookup(
+        shared, thread_extents
     )
+    if not found:
+        ranges = _ranges_of(access, thread_extents)
+        indices = access.resolved_indices or ()
+        facts = _IndexFacts(
+            tuple(_bounds(x, ranges) for x in indices),
+            tuple(_thread_part(x, thread_extents, ranges) for x in indices),
+        )
+        if shared is not None:
+            _SHARED_FACTS.put(shared, thread_extents, facts)
     _FACTS_CACHE[access] = (id(thread_extents), facts)
     return facts
 
@@ -1108,7 +1141,26 @@ def _needs_proof(
     a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], ordered: bool
 ) -> bool:
     """False when interval bounds or per-thread ownership prove the accesses apart (every
-    loop variable independent, path conditions ignored); True: ask the analyzer."""
+    loop variable independent, path conditions ignored); True: ask the analyzer.
+    Remembered per pair of footprints (the facts are the footprints')."""
+    shared = None
+    if a.footprint is not None and b.footprint is not None:
+        shared = (a.footprint, b.footprint, ordered)
+        found, verdict = _SHARED_NEEDS.lookup(shared, thread_extents)
+        if found:
+            return verdict
+    verdict = _needs_proof_of(a, b, thread_extents, ordered)
+    if shared is not None:
+        _SHARED_NEEDS.put(shared, thread_extents, verdict)
+    return verdict
+
+
+_SHARED_NEEDS = FootprintCache()
+
+
+def _needs_proof_of(
+    a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], ordered: bool
+) -> bool:
     info_a, info_b = _index_facts(a, thread_extents), _index_facts(b, thread_extents)
     for ba, bb in zip(info_a.bounds, info_b.bounds, strict=True):
         if ba is not None and bb is not None and (ba[1] < bb[0] or bb[1] < ba[0]):

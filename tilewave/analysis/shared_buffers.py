@@ -73,14 +73,33 @@ class _AddressCollector(TIRVisitor):
             self.buffers.append(var)
 
 
+class _AddressCalls(TIRVisitor):
+    """The outermost address-taking calls of a tree, in visiting order (only calls are
+    dispatched to Python: the rest of the tree is walked in C++)."""
+
+    def __init__(self) -> None:
+        self.calls: list[ir.expr.Call] = []
+
+    def visit_Call(self, node: ir.expr.Call) -> None:
+        if isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS:
+            self.calls.append(node)
+        else:
+            self.generic_visit(node)
+
+
 def shared_buffers_addressed(expr: Any) -> list[ir.expr.Var]:
     """Shared buffers whose address ``expr`` takes (``S.data``, ``address_of(S[i])``,
     ``tvm_access_ptr(..., S.data, ...)``), in first-seen order, without duplicates.
 
     Plain loads ``S[i]`` are not address-taking and are not reported.
     """
+    # only the insides of address-taking calls name addresses: find those first, then
+    # visit every variable and load in them
+    finder = _AddressCalls()
+    finder.visit(expr)
     collector = _AddressCollector()
-    collector.visit(expr)
+    for call in finder.calls:
+        collector.visit(call)
     return collector.buffers
 
 

@@ -34,6 +34,7 @@ storage identity).
 from __future__ import annotations
 
 import enum
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -334,6 +335,18 @@ class _Search:
         self.graph = graph
         self.thread_extents = thread_extents
 
+    @functools.cached_property
+    def _loop_edges(self) -> set[tuple[int, int]]:
+        """Edges that enter, leave or go back around a loop (on any other edge iteration
+        distances and positions stay as they are); gathered when the search starts."""
+        graph = self.graph
+        return (
+            set(graph.entry_edges)
+            | set(graph.back_edges)
+            | set(graph.exit_edges)
+            | set(graph.while_back_edges)
+        )
+
     def reachable_conflicts(
         self, start: int, access: SharedAccess, groups: bool = True
     ) -> list[SharedAccess]:
@@ -342,6 +355,7 @@ class _Search:
         commit/wait groups (CUDA), else each async copy is counted by the wait from its
         issue (AMD LDS DMA on ``vmcnt`` / ``loadcnt``)."""
         is_async = access.is_async
+        writes = access.kind.writes
         counted = not groups and access.kind is AccessKind.ASYNC_WRITE
         domain = access.async_domain if groups else ("cp.async" if counted else None)
         # a grouped access's group: _OPEN until a commit, then the number of newer groups
@@ -371,17 +385,25 @@ class _Search:
             seen.add(state)
             node_id, signalled, landed, group, distance, positions = state
             node = self.graph.nodes[node_id]
-            iterations = {
-                lp: frozenset({d})
-                for lp, d in zip(loops, distance, strict=True)
-                if lp is not None and d < _EXITED
-            }
-            exited = {
-                lp: d - _EXITED
-                for lp, d in zip(loops, distance, strict=True)
-                if lp is not None and d >= _EXITED
-            }
-            for other in node.accesses:
+            # accesses already found, and pairs where neither access writes (no hazard
+            # either way), need no question
+            candidates = [
+                other
+                for other in node.accesses
+                if (writes or other.kind.writes) and not any(other is f for f in found)
+            ]
+            if candidates:
+                iterations = {
+                    lp: frozenset({d})
+                    for lp, d in zip(loops, distance, strict=True)
+                    if lp is not None and d < _EXITED
+                }
+                exited = {
+                    lp: d - _EXITED
+                    for lp, d in zip(loops, distance, strict=True)
+                    if lp is not None and d >= _EXITED
+                }
+            for other in candidates:
                 conflict = _conflict(
                     self.graph.memory,
                     access,
@@ -415,6 +437,8 @@ class _Search:
         not in), after the edge ``src->dst``: 0 on entry, one more per back edge (up to
         FAR: two or more), forgotten on exit."""
         edge = (src, dst)
+        if edge not in self._loop_edges:
+            return positions
         if edge in self.graph.entry_edges:
             loop = self.graph.entry_edges[edge]
             if any(lp is not None and lp.same_as(loop) for lp in loops):
@@ -436,6 +460,8 @@ class _Search:
         """Iteration distances (per loop of the start access) after the edge ``src->dst``:
         a back edge is one iteration more of its loop and a new instance of loops inside;
         an exit edge records the distance from the loop's last iteration (``_EXITED + d``)."""
+        if (src, dst) not in self._loop_edges:
+            return distance
         depth = self.graph.while_back_edges.get((src, dst))
         if depth is not None:
             # loops inside the While start a new instance; loops the access has exited

@@ -35,6 +35,7 @@ The hazard verifier models storage again, independently (:mod:`.storage_model`).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -215,9 +216,15 @@ class StorageMap:
     #: the pool of a buffer the map does not know (``shared.dyn`` merged by TVM, or none)
     unknown_pool: Callable[[ir.expr.Var], str | None] = lambda buffer: None
 
+    @functools.cached_property
+    def _by_handle(self) -> dict[int, BufferStorage]:
+        # TIR nodes hash by handle; a lookup keyed by the node itself would compare a new
+        # Python wrapper of the same buffer with ``==``, which builds an ``EQ`` expression
+        return {hash(buffer): storage for buffer, storage in self.storages.items()}
+
     def of(self, buffer: ir.expr.Var) -> BufferStorage:
         """The storage of ``buffer``."""
-        found = self.storages.get(buffer)
+        found = self._by_handle.get(hash(buffer))
         if found is not None:
             return found
         return BufferStorage(buffer, buffer, 0, _itemsize(buffer), self.unknown_pool(buffer))
@@ -268,12 +275,17 @@ def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) ->
     if config is None:
         config = dict(tvm.transform.PassContext.current().config)
     merge_static = bool(config.get(MERGE_STATIC_CONFIG, False))
-    # tilewave's planner lays such a kernel out by itself (TVM's merge never sees it)
-    apart = dynamic_shared_placed_apart(func)
     storages: dict[Any, BufferStorage] = {}
+    apart: list[bool] = []  # decided on the first pooled buffer (a walk of the whole body)
 
     def pool(buffer: ir.expr.Var) -> str | None:
-        return None if apart else _pool_of(buffer, merge_static)
+        found = _pool_of(buffer, merge_static)
+        if found is None:
+            return None
+        if not apart:
+            # tilewave's planner lays such a kernel out by itself (TVM's merge never sees it)
+            apart.append(dynamic_shared_placed_apart(func))
+        return None if apart[0] else found
 
     def resolve(node: Any) -> None:
         if isinstance(node, tirx.AllocBuffer):
@@ -315,6 +327,8 @@ def _pool_lifetimes(
         if s.root is not None and hash(s.root) in roots
     }
     found: dict[int, tuple[int, int, int]] = {}
+    if not roots:
+        return found  # no pooled allocation: no statement list to look at
 
     def on_list(seq: Any) -> None:
         items = list(seq.seq)

@@ -145,27 +145,29 @@ class _Lifetimes(TIRVisitor):
     between allocations whose used spans do not overlap."""
 
     def __init__(self, placements: Mapping[Any, _Placement]) -> None:
-        self.placements = placements
-        #: allocation -> (the SeqStmt allocating it, positions of its items using it)
-        self.uses: dict[Any, tuple[Any, list[int]]] = {}
+        # by node handle: a dict keyed by the buffer itself compares a new Python wrapper
+        # of the same variable with ``==``, which builds an ``EQ`` expression
+        self.placements = {hash(buffer): p for buffer, p in placements.items()}
+        #: allocation handle -> (the SeqStmt allocating it, positions of its items using it)
+        self.uses: dict[int, tuple[Any, list[int]]] = {}
         self._path: list[tuple[Any, int]] = []  # enclosing (SeqStmt, item position)
 
     def visit_SeqStmt(self, node: Any) -> None:
         for position, item in enumerate(node.seq):
             if isinstance(item, tirx.AllocBuffer):
-                placement = self.placements.get(item.buffer)
+                placement = self.placements.get(hash(item.buffer))
                 if placement is not None and placement.block is not None:
-                    self.uses.setdefault(placement.allocation, (node, []))
+                    self.uses.setdefault(hash(placement.allocation), (node, []))
                 continue
             self._path.append((node, position))
             self.visit(item)
             self._path.pop()
 
     def visit_Var(self, node: Any) -> None:
-        placement = self.placements.get(node)
+        placement = self.placements.get(hash(node))
         if placement is None or placement.allocation is None:
             return
-        entry = self.uses.get(placement.allocation)
+        entry = self.uses.get(hash(placement.allocation))
         if entry is None:
             return
         seq, positions = entry
@@ -176,7 +178,7 @@ class _Lifetimes(TIRVisitor):
 
     def live_together(self, a: Any, b: Any) -> bool:
         """Whether allocations ``a`` and ``b`` sit in one list with overlapping used spans."""
-        ua, ub = self.uses.get(a), self.uses.get(b)
+        ua, ub = self.uses.get(hash(a)), self.uses.get(hash(b))
         if ua is None or ub is None or not ua[0].same_as(ub[0]) or not ua[1] or not ub[1]:
             return False
         return min(ua[1]) <= max(ub[1]) and min(ub[1]) <= max(ua[1])
@@ -199,9 +201,10 @@ class SharedMemoryModel:
             config = dict(tvm.transform.PassContext.current().config)
         walker = _Placements(bool(config.get("tirx.merge_static_smem", False)))
         walker.visit(func.body)
-        self._placements = walker.found
+        self._placements = {hash(buffer): p for buffer, p in walker.found.items()}
         self._lifetimes = _Lifetimes(walker.found)
-        self._lifetimes.visit(func.body)
+        if any(p.block is not None for p in walker.found.values()):
+            self._lifetimes.visit(func.body)  # (no pooled allocation: no lifetime matters)
         #: tilewave lays dynamic shared memory out without reuse when one buffer is addressed
         self._dynamic_apart = any(
             buffer_scope(b) == "shared.dyn" for b in shared_buffers_addressed(func.body)
@@ -211,7 +214,7 @@ class SharedMemoryModel:
         )
 
     def _placement(self, buffer: Any) -> _Placement:
-        found = self._placements.get(buffer)
+        found = self._placements.get(hash(buffer))
         if found is None:  # declared outside the body: a memory of its own
             return _Placement(buffer, 0, _element_bytes(buffer), None)
         return found

@@ -174,10 +174,14 @@ class UniformityAnalysis:
         self._thread_vars = {_key(v): v for v in collect_thread_extents(func)}
         self._definitions: dict[int, tuple[Any, Any]] = {}
         self._premises: dict[int, tuple[Any, tuple[Any, ...]]] = {}
-        self._read_only = unwritten_global_buffers(func)
         self._record(func.body, ())
         self._cache: dict[tuple[int, Any], tuple[Any, bool]] = {}
         self._func = func
+
+    @functools.cached_property
+    def _read_only(self) -> dict[int, Any]:
+        """The global buffers nothing in the kernel writes (found on first need)."""
+        return unwritten_global_buffers(self._func)
 
     @functools.cached_property
     def uniform_locals(self) -> frozenset[Any]:

@@ -98,11 +98,15 @@ class UniformityProof:
         self._extents = collect_thread_extents(func)
         #: thread indices, and loop/Bind variables whose value may differ between threads
         self._per_thread: dict[Any, int] = dict(self._extents)
-        self._read_only = set(unwritten_global_buffers(func))
         self._premises: dict[int, list[Any]] = {}
         self._collect_premises(func.body, [])
         self._answers: dict[tuple[int, Any], tuple[Any, bool]] = {}
         self._func = func
+
+    @functools.cached_property
+    def _read_only(self) -> set[int]:
+        """The global buffers nothing in the kernel writes, by hash (found on first need)."""
+        return set(unwritten_global_buffers(self._func))
 
     @functools.cached_property
     def _locals(self) -> set[int]:

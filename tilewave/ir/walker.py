@@ -299,7 +299,15 @@ def _make_seq(items: list[Any], original: tirx.SeqStmt) -> tirx.Stmt:
     return rebuild(original, {"seq": flat})
 
 
-_TYPE_INDEX = tvm_ffi.structural._callback_type_to_type_index
+_TYPE_INDEX_OF = tvm_ffi.structural._callback_type_to_type_index
+
+
+@functools.cache
+def _TYPE_INDEX(cls: Any, api_name: str) -> int:
+    """The FFI type index of a node class (constant: looked up once per class)."""
+    return _TYPE_INDEX_OF(cls, api_name=api_name)
+
+
 _TYPE_ENTRY = _TYPE_INDEX(ir.Type, api_name="tilewave.walker")
 _VAR_ENTRY = _TYPE_INDEX(ir.expr.Var, api_name="tilewave.walker")
 

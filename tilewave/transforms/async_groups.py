@@ -22,6 +22,7 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_access import (
+    GROUP_COPY_PREFIXES,
     AccessKind,
     AccessScope,
     SyncKind,
@@ -32,7 +33,7 @@ from tilewave.analysis.shared_access import (
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import post_order_visit, rebuild
 
-__all__ = ["commit_copy_runs", "has_commits", "needs_added_commits"]
+__all__ = ["commit_copy_runs", "has_commits", "issues_group_copies", "needs_added_commits"]
 
 _COPY, _NEUTRAL, _OTHER, _MIXED = "copy", "neutral", "other", "mixed"
 
@@ -49,6 +50,20 @@ def has_commits(body: Any) -> bool:
                 found = True
 
     post_order_visit(body, check, (tirx.Evaluate,))
+    return found
+
+
+def issues_group_copies(body: Any) -> bool:
+    """True when ``body`` issues a cp.async copy (an op that joins cp.async commit groups):
+    without one no statement is a copy run, so there is nothing to commit."""
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        if not found and isinstance(node.op, ir.Op):
+            found = node.op.name.startswith(GROUP_COPY_PREFIXES)
+
+    post_order_visit(body, check, (ir.expr.Call,))
     return found
 
 
@@ -166,8 +181,8 @@ class _Committer:
 def commit_copy_runs(body: Any, func_name: str | None = None) -> Any:
     """``body`` with ``commit_async_ops`` after each run of cp.async copies, unless it
     already commits groups itself (then it is returned unchanged)."""
-    if has_commits(body):
-        return body
+    if not issues_group_copies(body) or has_commits(body):
+        return body  # (without a copy no statement has the COPY role: nothing is MIXED)
     committer = _Committer(func_name, body)
     if committer.role(body) != _MIXED:
         return body  # nothing reads what the copies write: no group needs closing

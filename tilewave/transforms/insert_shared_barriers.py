@@ -366,8 +366,52 @@ class _Placer:
         self._loop_memo: dict[Any, tuple[list[Any], _State]] = {}
         #: ``may_conflict`` verdicts of (pending instance, new access) pairs
         self._verdicts: dict[tuple[_Instance, SharedAccess], bool] = {}
+        #: ``sync_action`` of leaf statements and the sync counts of statement trees, by
+        #: node (fixed-point rounds and rewritten bodies meet the same nodes again)
+        self._actions: dict[Any, SyncAction | None] = {}
+        #: access lists already checked for races inside their statement, by id
+        self._checked: dict[int, list[SharedAccess]] = {}
+        #: the scope after a ``Bind`` / inside a loop, per (statement, outer scope)
+        self._scopes: dict[tuple[Any, AccessScope], AccessScope] = {}
+        self._counts: dict[Any, tuple[int, int]] = {}
 
     # -- facts ---------------------------------------------------------------------------
+    def sync_action(self, stmt: Any) -> SyncAction | None:
+        """:func:`~tilewave.analysis.shared_access.sync_action` of ``stmt``, remembered."""
+        if stmt not in self._actions:
+            self._actions[stmt] = sync_action(stmt)
+        return self._actions[stmt]
+
+    def sync_counts(self, stmt: Any) -> tuple[int, int]:
+        """The barriers (full barriers and split-barrier waits) under ``stmt`` and how much
+        its async waits hold back (``wait(N)`` counts ``MAX_NEWER_GROUPS - N``);
+        expressions are not entered: every synchronisation is an ``Evaluate`` statement.
+        Remembered per node, so a rewritten body only costs its new statements."""
+        found = self._counts.get(stmt)
+        if found is not None:
+            return found
+        if isinstance(stmt, tirx.Evaluate):
+            found = _action_cost(self.sync_action(stmt))
+        else:
+            if isinstance(stmt, tirx.SeqStmt):
+                children = list(stmt.seq)
+            else:
+                children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
+            counts = [self.sync_counts(c) for c in children if isinstance(c, tirx.Stmt)]
+            found = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+        self._counts[stmt] = found
+        return found
+
+    def sync_cost(self, new: Any, old: Any) -> tuple[int, int]:
+        """What a loop body rewritten from ``old`` to ``new`` costs per iteration: barriers
+        added, then how much the added async waits hold back (``wait(N)`` costs less the
+        more groups it leaves in flight)."""
+        (new_barriers, new_strength), (old_barriers, old_strength) = (
+            self.sync_counts(new),
+            self.sync_counts(old),
+        )
+        return (new_barriers - old_barriers, new_strength - old_strength)
+
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
         """Accesses of a leaf statement, or of the condition of ``owner`` (an ``if``);
         cached so every fixed-point round sees the same access objects."""
@@ -384,7 +428,7 @@ class _Placer:
             out = []
             for child in stmt.seq:
                 out += self.all_accesses(child, scope)
-                scope = _after(child, scope)
+                scope = self.after(child, scope)
             return out
         if isinstance(stmt, tirx.IfThenElse):
             out = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
@@ -430,13 +474,28 @@ class _Placer:
             self._verdicts[key] = verdict
         return verdict
 
+    def after(self, stmt: Any, scope: AccessScope) -> AccessScope:
+        """The scope of the statements that follow ``stmt`` in its statement list (one
+        object per statement and scope: rounds and look-aheads reuse it)."""
+        if not isinstance(stmt, tirx.Bind):
+            return scope
+        key = (stmt, scope)
+        found = self._scopes.get(key)
+        if found is None:
+            found = self._scopes[key] = _after(stmt, scope)
+        return found
+
     def _scope_inside(self, loop: Any, scope: AccessScope) -> AccessScope:
         if loop.kind == tirx.ForKind.THREAD_BINDING:
             return scope
-        lr = LoopRange.of(loop, scope, list(self.thread_extents))
-        if lr.loop is not None and lr.loop in self._repeated:
-            lr = replace(lr, loop=None)  # one For object at two places: not one loop instance
-        return scope.within_loop(lr)
+        key = (loop, scope)
+        found = self._scopes.get(key)
+        if found is None:
+            lr = LoopRange.of(loop, scope, list(self.thread_extents))
+            if lr.loop is not None and lr.loop in self._repeated:
+                lr = replace(lr, loop=None)  # one For at two places: not one loop instance
+            found = self._scopes[key] = scope.within_loop(lr)
+        return found
 
     def is_divergent(self, expr: Any, scope: AccessScope) -> bool:
         """Whether control flow on ``expr`` may differ between threads (not proved
@@ -463,9 +522,17 @@ class _Placer:
             inst for inst in state if not state[inst].landed and state[inst].domain != "mbarrier"
         ]
         if in_flight and self._upcoming:
-            unlanded |= {
-                inst for a in self._upcoming[-1]() for inst in self.conflicts(a, in_flight)
-            }
+            # an in-flight copy joins when any later access conflicts with it: ask only
+            # about copies not already waited for, and stop once every one has joined
+            later = self._upcoming[-1]()
+            open_copies = [inst for inst in in_flight if inst not in unlanded]
+            for a in later if open_copies else ():
+                joined = self.conflicts(a, open_copies)
+                if joined:
+                    unlanded.update(joined)
+                    open_copies = [inst for inst in open_copies if inst not in unlanded]
+                    if not open_copies:
+                        break
         fence_init = any(i.access.mbarrier_access == "init" for i in blocking)
         if not unlanded:
             return _Barrier(fence_init=fence_init), {i: p for i, p in state.items() if not p.landed}
@@ -510,7 +577,7 @@ class _Placer:
     ) -> _State | None:
         """Apply an existing synchronisation statement to ``state`` (None: not one). In a
         warp role, a counted barrier over exactly the role's threads is a full barrier."""
-        action = sync_action(stmt)
+        action = self.sync_action(stmt)
         if action is None:
             return None
         if divergent and action.is_full_barrier and scope is not None:
@@ -573,13 +640,14 @@ class _Placer:
             items: list[Any] = []
             children = list(stmt.seq)
             for at, child in enumerate(children):
-                self._upcoming.append(self._later_accesses(children, at + 1, _after(child, scope)))
+                later = self.after(child, scope)
+                self._upcoming.append(self._later_accesses(children, at + 1, later))
                 try:
                     new, state = self.visit(child, state, scope, divergent)
                 finally:
                     self._upcoming.pop()
                 items.extend(new)
-                scope = _after(child, scope)
+                scope = later
             return items, state
         if isinstance(stmt, tirx.IfThenElse):
             return self.visit_if(stmt, state, scope, divergent)
@@ -604,7 +672,7 @@ class _Placer:
                 inner = scope
                 for child in children[start:]:
                     out += self.all_accesses(child, inner)
-                    inner = _after(child, inner)
+                    inner = self.after(child, inner)
                 found.append(out)
             return found[0]
 
@@ -625,7 +693,7 @@ class _Placer:
         divergent: bool,
         owner: Any = None,
     ) -> tuple[list[Any], _State]:
-        action = sync_action(stmt)
+        action = self.sync_action(stmt)
         if action is not None and action.kind not in _MBARRIER_SYNC:
             return [stmt], self.sync(stmt, state, divergent, scope)
         accesses = self.accesses(stmt, scope, owner)
@@ -659,6 +727,11 @@ class _Placer:
         return ([barrier] if barrier else []) + [stmt], state
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
+        """Raise when two accesses of one statement may race (checked once per access
+        list: fixed-point rounds visit the statement again with the same list)."""
+        if len(accesses) < 2 or id(accesses) in self._checked:
+            return
+        self._checked[id(accesses)] = accesses  # (kept: the id stays this list's)
         for i, a in enumerate(accesses):
             for b in accesses[i + 1 :]:
                 # one statement instance: the same iteration of every loop
@@ -754,9 +827,9 @@ class _Placer:
             barrier, hoisted_state = self.barrier_before(
                 self.all_accesses(stmt, scope), state, strict=False
             )
-            if barrier is not None and _sync_cost(new_stmt, stmt)[0] > 0:
+            if barrier is not None and self.sync_cost(new_stmt, stmt)[0] > 0:
                 hoisted_stmt, hoisted_out = self._visit_branches(stmt, hoisted_state, scope, inner)
-                if _sync_cost(hoisted_stmt, stmt)[0] < _sync_cost(new_stmt, stmt)[0]:
+                if self.sync_cost(hoisted_stmt, stmt)[0] < self.sync_cost(new_stmt, stmt)[0]:
                     prefix.append(barrier)
                     new_stmt, out = hoisted_stmt, hoisted_out
         return [*prefix, new_stmt], out
@@ -976,7 +1049,7 @@ class _Placer:
         """Transform a loop body with the state at the loop head joined to a fixed point.
 
         Returns the new body, the head state, the state at the end of the body and the
-        cost of the synchronisation placed in the body (:func:`_sync_cost`). An access
+        cost of the synchronisation placed in the body (:meth:`sync_cost`). An access
         carried over the back edge is one iteration older (``_Instance.around``): that is
         what lets a multibuffered access of iteration k-1 (slot ``(k-1) % N``) pass a
         write of iteration k (slot ``k % N``) without a barrier. It is sound because an
@@ -993,7 +1066,7 @@ class _Placer:
             joined = _merge(head, _around(out, loop)) if repeats else head
             if joined == head:
                 new_body = self.sequence(items, body)
-                return new_body, head, out, _sync_cost(new_body, body)
+                return new_body, head, out, self.sync_cost(new_body, body)
             head = joined
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 
@@ -1063,7 +1136,7 @@ class _Placer:
             joined = _merge(head, back)
             if joined == head:
                 new_body = self.sequence(items, stmt.body)
-                return new_body, after_cond, _barrier_count(new_body) - _barrier_count(stmt.body)
+                return new_body, after_cond, self.sync_cost(new_body, stmt.body)[0]
             head = joined
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 
@@ -1132,13 +1205,6 @@ def _after(stmt: Any, scope: AccessScope) -> AccessScope:
     return scope
 
 
-def _sync_cost(new: Any, old: Any) -> tuple[int, int]:
-    """What a loop body rewritten from ``old`` to ``new`` costs per iteration: barriers
-    added, then how much the added async waits hold back (``wait(N)`` costs less the more
-    groups it leaves in flight)."""
-    return (_barrier_count(new) - _barrier_count(old), _wait_strength(new) - _wait_strength(old))
-
-
 def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
     """The synchronisation actions of the statements under ``stmt`` (expressions are not
     entered: every synchronisation is an ``Evaluate`` statement)."""
@@ -1157,16 +1223,14 @@ def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
             yield from _sync_actions(child)
 
 
-def _wait_strength(stmt: Any) -> int:
-    return sum(
-        max(MAX_NEWER_GROUPS - a.arg, 0)
-        for a in _sync_actions(stmt)
-        if a.kind is SyncKind.ASYNC_WAIT
-    )
-
-
-def _barrier_count(stmt: Any) -> int:
-    return sum(a.is_full_barrier or a.kind is SyncKind.WAIT for a in _sync_actions(stmt))
+def _action_cost(action: SyncAction | None) -> tuple[int, int]:
+    """One synchronisation action's share of :meth:`_Placer.sync_cost`: (1 for a barrier or
+    a split-barrier wait, how much an async wait holds back)."""
+    if action is None:
+        return (0, 0)
+    barrier = int(action.is_full_barrier or action.kind is SyncKind.WAIT)
+    strength = max(MAX_NEWER_GROUPS - action.arg, 0) if action.kind is SyncKind.ASYNC_WAIT else 0
+    return (barrier, strength)
 
 
 def _func_name(func: tirx.PrimFunc) -> str:

@@ -1,0 +1,111 @@
+"""Structural footprints of shared accesses: proof results shared between statements.
+
+The disjointness proofs (:func:`tilewave.analysis.shared_access.may_conflict`'s interval and
+thread-ownership facts, :mod:`tilewave.analysis.index_enumeration`,
+:func:`tilewave.analysis.region_proof.prove_no_overlap`) read of an access only
+
+* its resolved indices and path conditions (expressions),
+* the shape of its buffer (enumeration flattens the indices with it),
+* its loops: variable, constant bounds, step, alignment, bound expressions, ``For``
+  statement,
+
+and the kernel's thread extents (the same in one analysis run). Two accesses that agree on
+all of these get the same answers, whichever statements make them: a generated kernel
+writes ``S[tx]`` hundreds of times, an unrolled one reads one tile element in many places.
+:func:`footprint_of` makes that a hashable key; expressions compare structurally with
+their free variables by *identity* (``tvm_ffi.StructuralKey``: ``tx`` of one kernel is not
+``tx`` of another), loops by node handle, which the footprint keeps alive (a handle in a
+key never comes to stand for another node). :class:`FootprintCache` holds results under
+such keys for one analysis run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import tvm_ffi
+
+__all__ = ["Footprint", "FootprintCache", "footprint_of"]
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What the disjointness proofs read of one access (see the module docstring).
+
+    Attributes:
+        exprs: indices, path conditions, buffer shape and loop bound expressions, compared
+            structurally (free variables by identity).
+        loops: per loop ``(var handle, min, extent, step, aligned, For handle or None)``.
+        refs: the loop variables and ``For`` statements named by handle (kept alive).
+    """
+
+    exprs: Any
+    loops: tuple[tuple[Any, ...], ...]
+    refs: tuple[Any, ...] = field(compare=False, repr=False)
+    #: ``hash((exprs, loops))``, computed once (footprints are looked up in pairs)
+    key_hash: int = field(default=0, compare=False, repr=False)
+
+    def __hash__(self) -> int:
+        return self.key_hash
+
+
+def footprint_of(access: Any) -> Footprint | None:
+    """The footprint of a :class:`~tilewave.analysis.shared_access.SharedAccess` (``None``
+    when its indices are not known: an access through a pointer)."""
+    indices = access.resolved_indices
+    if indices is None:
+        return None
+    loops = access.loops
+    bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in loops]
+    exprs = tvm_ffi.StructuralKey(
+        [list(indices), list(access.path_conditions), list(access.buffer.ty.shape), bounds]
+    )
+    keys = tuple(
+        (
+            hash(lp.var),
+            lp.min,
+            lp.extent,
+            lp.step,
+            lp.aligned,
+            None if lp.loop is None else hash(lp.loop),
+        )
+        for lp in loops
+    )
+    refs = tuple(lp.var for lp in loops) + tuple(lp.loop for lp in loops if lp.loop is not None)
+    return Footprint(exprs, keys, refs, hash((exprs, keys)))
+
+
+class FootprintCache:
+    """Results keyed by footprints (and anything else hashable) within one analysis run:
+    the run is the thread-extent map object it passes (each pass or verifier run collects
+    its own), so nothing is shared between runs and a benchmark's repeated run costs what
+    the first did. Only the ``runs`` most recent runs are kept (their index spaces can be
+    large), each with at most ``limit`` entries (a run's entries are dropped at the
+    limit). A run's entries keep its map alive, so its ``id`` stays the run's."""
+
+    def __init__(self, limit: int = 50_000, runs: int = 4) -> None:
+        #: id of a run's map -> (the map, that run's entries), oldest run first
+        self._runs: dict[int, tuple[Mapping[Any, int], dict[Hashable, Any]]] = {}
+        self._limit = limit
+        self._max_runs = runs
+
+    def lookup(self, key: Hashable, thread_extents: Mapping[Any, int]) -> tuple[bool, Any]:
+        """``(True, result)`` stored under ``key`` in this run, else ``(False, None)``."""
+        run = self._runs.get(id(thread_extents))
+        if run is None or key not in run[1]:
+            return (False, None)
+        return (True, run[1][key])
+
+    def put(self, key: Hashable, thread_extents: Mapping[Any, int], value: Any) -> Any:
+        """Store ``value`` under ``key`` for this run; returns it."""
+        run = self._runs.get(id(thread_extents))
+        if run is None:
+            while len(self._runs) >= self._max_runs:
+                del self._runs[next(iter(self._runs))]  # the oldest run
+            run = self._runs[id(thread_extents)] = (thread_extents, {})
+        if len(run[1]) >= self._limit:
+            run[1].clear()
+        run[1][key] = value
+        return value
