@@ -20,12 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from tvm.script import tirx as T
 
 import tilewave
+from tilewave.analysis.shared_access import FAR
 from tilewave.analysis.shared_hazards import HazardKind, find_shared_hazards
 from tilewave.ir.ops import make_call
-from tilewave.ir.walker import rewrite_calls
+from tilewave.ir.walker import post_order_visit, rewrite_calls
 from tilewave.racecheck import racecheck
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
@@ -249,3 +252,87 @@ def test_lowered_pipelines_compute_the_reference_on_the_isa_simulator(func):
     kernel = amdgcn.compile_device_func(amdgcn.device_function(func, "gfx942"), "gfx942")
     simulate(kernel.asm, [a, b], (1, 1, 1), (128, 1, 1))
     np.testing.assert_array_equal(b, a[:8, ::-1])
+
+
+# -- property: generated DMA pipelines get the largest count that is still enough --------
+def _dma_pipeline(stages: int, k_tiles: int, guarded: bool):
+    """An ``stages``-deep LDS DMA pipeline over ``k_tiles`` tiles: a prologue loop of
+    ``stages - 1`` copies, then one prefetch ``stages - 1`` tiles ahead per step (guarded by
+    ``k + stages - 1 < k_tiles``, or unconditional into a padded source)."""
+    ahead = stages - 1
+    rows = k_tiles + ahead
+
+    @T.prim_func
+    def plain(A: T.Buffer((rows, 128), "float32"), B: T.Buffer((k_tiles, 128), "float32")):
+        for tx in T.thread_binding(128, thread="threadIdx.x"):
+            S = T.alloc_buffer((stages, 128), "float32", scope="shared")
+            for p in range(ahead):
+                T.call_llvm_intrin("void", DMA, T.address_of(A[p, tx]),
+                                   T.address_of(S[p, tx // 64 * 64]), 4, 0, 0)
+            for k in range(k_tiles):
+                T.call_llvm_intrin("void", DMA, T.address_of(A[k + ahead, tx]),
+                                   T.address_of(S[(k + ahead) % stages, tx // 64 * 64]), 4, 0, 0)
+                B[k, tx] = S[k % stages, 127 - tx]
+
+    @T.prim_func
+    def guarded_kernel(A: T.Buffer((rows, 128), "float32"),
+                       B: T.Buffer((k_tiles, 128), "float32")):
+        for tx in T.thread_binding(128, thread="threadIdx.x"):
+            S = T.alloc_buffer((stages, 128), "float32", scope="shared")
+            for p in range(ahead):
+                T.call_llvm_intrin("void", DMA, T.address_of(A[p, tx]),
+                                   T.address_of(S[p, tx // 64 * 64]), 4, 0, 0)
+            for k in range(k_tiles):
+                if k + ahead < k_tiles:
+                    T.call_llvm_intrin("void", DMA, T.address_of(A[k + ahead, tx]),
+                                       T.address_of(S[(k + ahead) % stages, tx // 64 * 64]),
+                                       4, 0, 0)
+                B[k, tx] = S[k % stages, 127 - tx]
+
+    return (guarded_kernel if guarded else plain).with_attr("global_symbol", "pipeline")
+
+
+def _waits(func) -> list[int]:
+    found: list[int] = []
+
+    def visit(call):
+        if call.op.name == "tilewave.wait_async_ops":
+            found.append(int(call.args[0].value))
+
+    post_order_visit(func.body, visit, types=(tvm.ir.expr.Call,))
+    return found
+
+
+def _bumped(func, index: int):
+    """``func`` with its ``index``-th ``wait_async_ops`` leaving one more copy in flight."""
+    seen = 0
+
+    def rewrite(call):
+        nonlocal seen
+        if call.op.name != "tilewave.wait_async_ops":
+            return None
+        seen += 1
+        if seen - 1 != index:
+            return None
+        count = int(call.args[0].value) + 1
+        return make_call("tilewave.wait_async_ops", tvm.tirx.IntImm("int32", count))
+
+    return func.with_body(rewrite_calls(func.body, rewrite))
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2, 4), st.integers(0, 3), st.booleans())
+def test_generated_dma_pipelines_wait_for_exactly_what_they_need(stages, extra, guarded):
+    func = _dma_pipeline(stages, stages + extra, guarded)
+    out = insert_shared_barriers(func, "gfx942")
+    assert find_shared_hazards(out, "gfx942") == []
+    assert racecheck(out, "gfx942").ok
+    waits = _waits(out)
+    # in the steady state tiles k + 1 .. k + stages - 2 may stay in flight; a guarded
+    # prefetch is not issued in the last steps, where only vmcnt(0) is enough. The pass
+    # tells copies apart by iteration distance 0, 1 or "two or more" (FAR), so from 4
+    # stages on it keeps one copy in flight, not two: safe, one stage of overlap short
+    assert max(waits) == (0 if guarded else min(stages - 2, FAR - 1)), out.script()
+    if stages - 2 <= FAR - 1:
+        for index in range(len(waits)):  # each wait is the weakest that is enough
+            assert "RAW" in racecheck(_bumped(out, index), "gfx942").kinds(), (index, waits)
