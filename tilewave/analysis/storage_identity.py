@@ -53,6 +53,7 @@ __all__ = [
     "StorageMap",
     "StorageRelation",
     "address_start",
+    "allocation_bytes",
     "common_unit",
     "dynamic_shared_placed_apart",
     "storage_map",
@@ -167,7 +168,8 @@ def _row_major(shape: list[Any]) -> list[Any]:
     return strides[::-1]
 
 
-def _allocation_bytes(buffer: ir.expr.Var) -> int | None:
+def allocation_bytes(buffer: ir.expr.Var) -> int | None:
+    """Bytes of ``buffer``'s allocation (``None``: a shape that is not constant)."""
     count = 1
     for extent in buffer.ty.shape:
         if not isinstance(extent, tirx.IntImm):
@@ -293,7 +295,7 @@ def storage_map(func: tirx.PrimFunc, config: Mapping[str, Any] | None = None) ->
             if buffer_scope(buffer) in SHARED_SCOPES:
                 storages[buffer] = BufferStorage(
                     buffer, buffer, 0, _itemsize(buffer), pool(buffer),
-                    root_bytes=_allocation_bytes(buffer),
+                    root_bytes=allocation_bytes(buffer),
                 )
         elif isinstance(node, tirx.DeclBuffer) and buffer_scope(node.buffer) in SHARED_SCOPES:
             storages[node.buffer] = _view(node, storages, pool)

@@ -361,7 +361,6 @@ def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
 
 
 _structural_mutate = tvm_ffi.get_global_func("ffi.StructuralMutate")
-
 _structural_walk = tvm_ffi.get_global_func("ffi.StructuralWalk")
 _SKIP = int(tvm_ffi.WalkResult.SKIP)
 

@@ -718,7 +718,7 @@ class _Placer:
             )
             inst = _Instance(acc)
             state[inst] = _join(new, state.get(inst))
-        if not self.target.is_cuda and any(a.is_async for a in accesses):
+        if not self.target.is_cuda and any(_amd_async_domain(a) for a in accesses):
             # an AMD LDS DMA is one vector-memory load per wave, counted from its issue: it
             # is its own group, one newer for every copy issued before it
             state = {i: _committed(p) for i, p in state.items()}

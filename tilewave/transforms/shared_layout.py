@@ -42,6 +42,7 @@ import tvm
 from tvm import ir, s_tir, tirx
 
 from tilewave.analysis.shared_buffers import shared_buffers_addressed
+from tilewave.analysis.storage_identity import allocation_bytes
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.walker import TIRMutator, TIRVisitor, post_order_visit, rebuild
 
@@ -141,22 +142,12 @@ def _allocated_bytes(body: Any) -> dict[str, int | None]:
     def visit(node: Any) -> None:
         if isinstance(node, tirx.AllocBuffer):
             buffer = node.buffer
-            size = _constant_bytes(buffer)
+            size = allocation_bytes(buffer)
             name = buffer.name
             sizes[name] = size if name not in sizes else None  # two of one name: unknown
 
     post_order_visit(body, visit, types=(tirx.AllocBuffer,))
     return sizes
-
-
-def _constant_bytes(buffer: Any) -> int | None:
-    count = 1
-    for extent in buffer.ty.shape:
-        if not isinstance(extent, tirx.IntImm):
-            return None
-        count *= int(extent.value)
-    dtype = tvm.DataType(str(buffer.ty.dtype))
-    return count * dtype.bits * dtype.lanes // 8
 
 
 def check_addressed_kept(
