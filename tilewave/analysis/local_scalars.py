@@ -12,12 +12,13 @@ equals the value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_buffers import buffer_scope
-from tilewave.ir.walker import TIRMutator, post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit, replace_nodes
 
 __all__ = ["ScalarForwarder", "single_assignment_scalars"]
 
@@ -29,7 +30,7 @@ def _top_level_stores(body: Any) -> list[Any]:
     while stack:
         node = stack.pop()
         if isinstance(node, tirx.SeqStmt):
-            stack.extend(reversed(list(node.seq)))
+            stack.extend(reversed(ffi_list(node.seq)))
         elif isinstance(node, tirx.BufferStore):
             out.append(node)
         elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
@@ -92,14 +93,18 @@ def _loads_memory(expr: Any) -> bool:
     return found
 
 
-class ScalarForwarder(TIRMutator):
+class ScalarForwarder:
     """Replaces loads of single-assignment scalars by their values."""
 
-    def __init__(self, values: dict[Any, Any]) -> None:
-        self._values = values
+    def __init__(self, values: Mapping[Any, Any]) -> None:
+        # by node handle: ``==`` on variables would build an ``EQ`` expression
+        self._values = {hash(buffer): value for buffer, value in values.items()}
 
-    def visit_TensorLoad(self, node: Any) -> Any:
-        for buffer, value in self._values.items():
-            if node.source.same_as(buffer):
-                return value
-        return self.generic_visit(node)
+    def visit(self, expr: Any) -> Any:
+        """``expr`` with every load of a scalar replaced by the scalar's value."""
+        if not self._values:
+            return expr
+        return replace_nodes(expr, ir.expr.TensorLoad, self._value_of)
+
+    def _value_of(self, load: Any) -> Any:
+        return self._values.get(hash(load.source))

@@ -67,7 +67,7 @@ from tilewave.analysis.named_barrier_order import (
 from tilewave.analysis.shared_access import collect_thread_extents, statement_accesses
 from tilewave.analysis.shared_hazards import HazardKind, SharedHazard
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = [
     "MbarrierParityFinding",
@@ -210,7 +210,7 @@ class _Walk:
         if self.steps > _MAX_STEPS:
             raise _Unknown
         if isinstance(stmt, tirx.SeqStmt):
-            for item in stmt.seq:
+            for item in ffi_list(stmt.seq):
                 self.run(item, mask)
         elif isinstance(stmt, tirx.Bind):
             self.bind(stmt)

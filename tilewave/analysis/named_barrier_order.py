@@ -57,7 +57,7 @@ import numpy as np
 from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = [
     "NamedBarrierSplit",
@@ -444,7 +444,7 @@ def named_barrier_splits(
         for side, (branch, ids) in enumerate(
             ((stmt.then_case, split.sides[0]), (stmt.else_case, split.sides[1]))
         ):
-            top = list(branch.seq) if isinstance(branch, tirx.SeqStmt) else [branch]
+            top = ffi_list(branch.seq) if isinstance(branch, tirx.SeqStmt) else [branch]
             for node_id in ids:
                 node_stmt = nodes[node_id].stmt
                 found = _named_barrier(node_stmt) if node_stmt is not None else None

@@ -43,7 +43,7 @@ from tvm import ir, tirx
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.errors import MalformedKernelError
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call
-from tilewave.ir.walker import TIRVisitor, node_fields
+from tilewave.ir.walker import TIRVisitor, ffi_list, node_fields
 
 __all__ = [
     "Proxy",
@@ -316,7 +316,7 @@ def _flow(rec: _Recorder, path: StmtPath, stmt: Any, state: ProxyState) -> _Flow
 
 def _flow_seq(rec: _Recorder, path: StmtPath, stmt: tirx.SeqStmt, state: ProxyState) -> _Flow:
     flow = _Flow(state)
-    for index, child in enumerate(stmt.seq):
+    for index, child in enumerate(ffi_list(stmt.seq)):
         inner = _flow(rec, (*path, ("seq", index)), child, flow.normal)
         flow = _Flow(inner.normal, flow.breaks | inner.breaks, flow.continues | inner.continues)
     return flow

@@ -243,6 +243,19 @@ class AccessScope:
 ANY_MEMORY = ("any",)
 
 
+_FORWARDERS: dict[int, tuple[Mapping[Any, Any], ScalarForwarder]] = {}
+
+
+def _forwarder(scalars: Mapping[Any, Any]) -> ScalarForwarder:
+    """One :class:`ScalarForwarder` per scalars map (a map is made once per kernel)."""
+    found = _FORWARDERS.get(id(scalars))
+    if found is None or found[0] is not scalars:
+        if len(_FORWARDERS) > 64:
+            _FORWARDERS.clear()
+        found = _FORWARDERS[id(scalars)] = (scalars, ScalarForwarder(scalars))
+    return found[1]
+
+
 @dataclass(eq=False)
 class SharedAccess:
     """One access to a shared buffer made by one leaf statement.
@@ -299,7 +312,7 @@ class SharedAccess:
     def _forward(self, expr: Any) -> Any:
         if not self.scalars:
             return expr
-        return ScalarForwarder(dict(self.scalars)).visit(expr)
+        return _forwarder(self.scalars).visit(expr)
 
     def spread_over(self, buffer: Any, start: Any, count: int) -> SharedAccess:
         """This access moved to ``buffer[start + k]`` for every ``k`` in ``[0, count)`` (one

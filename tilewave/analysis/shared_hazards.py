@@ -79,6 +79,7 @@ from tilewave.analysis.storage_model import SharedMemoryModel
 from tilewave.analysis.uniformity import thread_conditions
 from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
+from tilewave.ir.walker import ffi_list
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -179,7 +180,7 @@ class _Graph:
     def build(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         """Add ``stmt`` after node ``entry``; return its exit node."""
         if isinstance(stmt, tirx.SeqStmt):
-            for item in stmt.seq:
+            for item in ffi_list(stmt.seq):
                 entry = self.build(item, entry, scope, divergent)
                 if isinstance(item, tirx.Bind):
                     scope = scope.binding(item.var, item.value)

@@ -45,7 +45,7 @@ import tvm
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
-from tilewave.ir.walker import post_order_visit, walk_nodes
+from tilewave.ir.walker import ffi_list, post_order_visit, walk_nodes
 
 __all__ = [
     "MERGE_STATIC_CONFIG",
@@ -333,7 +333,7 @@ def _pool_lifetimes(
         return found  # no pooled allocation: no statement list to look at
 
     def on_list(seq: Any) -> None:
-        items = list(seq.seq)
+        items = ffi_list(seq.seq)
         here = {
             hash(item.buffer)
             for item in items

@@ -32,7 +32,7 @@ from tvm import ir, tirx
 from tilewave.analysis.shared_access import AccessKind, SharedAccess, may_conflict
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
 from tilewave.analysis.uniform_writes import stores_alike
-from tilewave.ir.walker import TIRVisitor
+from tilewave.ir.walker import TIRVisitor, ffi_list
 
 __all__ = ["SharedMemoryModel"]
 
@@ -153,7 +153,7 @@ class _Lifetimes(TIRVisitor):
         self._path: list[tuple[Any, int]] = []  # enclosing (SeqStmt, item position)
 
     def visit_SeqStmt(self, node: Any) -> None:
-        for position, item in enumerate(node.seq):
+        for position, item in enumerate(ffi_list(node.seq)):
             if isinstance(item, tirx.AllocBuffer):
                 placement = self.placements.get(hash(item.buffer))
                 if placement is not None and placement.block is not None:

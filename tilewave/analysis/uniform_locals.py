@@ -29,7 +29,7 @@ from tilewave.analysis.shared_access import (
     is_thread_dependent,
 )
 from tilewave.analysis.shared_buffers import buffer_scope, is_buffer
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = ["uniform_local_buffers"]
 
@@ -42,7 +42,7 @@ class _Store:
 
 def _collect(stmt: Any, scope: AccessScope, guards: tuple[Any, ...], out: list[_Store]) -> None:
     if isinstance(stmt, tirx.SeqStmt):
-        for item in stmt.seq:
+        for item in ffi_list(stmt.seq):
             _collect(item, scope, guards, out)
             if isinstance(item, tirx.Bind):
                 scope = scope.binding(item.var, item.value)

@@ -112,12 +112,15 @@ def _same_everywhere(access: SharedAccess, thread_vars: list[Any]) -> bool:
     scope = access.scope
     if scope.in_while:  # threads may run the body different numbers of times
         return False
-    exprs = list(access.resolved_indices or ())
-    exprs.append(access._forward(scope.resolve(stmt.value)))
-    exprs += [scope.resolve(cond) for cond, _ in scope.conditions]
     for loop in access.loops:
         if loop.bounds is None or not loop.aligned or _exits_early(loop.loop):
             return False
+    # cheapest first: an index on the thread index (the common case) settles it
+    if not all(_uniform(expr, thread_vars) for expr in access.resolved_indices or ()):
+        return False
+    exprs = [access._forward(scope.resolve(stmt.value))]
+    exprs += [scope.resolve(cond) for cond, _ in scope.conditions]
+    for loop in access.loops:
         exprs += list(loop.bounds)
     return all(_uniform(expr, thread_vars) for expr in exprs)
 

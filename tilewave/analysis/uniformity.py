@@ -75,7 +75,7 @@ from tilewave.analysis.shared_buffers import (
 )
 from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions", "unwritten_global_buffers"]
 
@@ -197,7 +197,7 @@ class UniformityAnalysis:
         """Remember the premises in force at every control statement, and what each
         ``Bind`` and loop variable is defined as."""
         if isinstance(stmt, tirx.SeqStmt):
-            for child in stmt.seq:
+            for child in ffi_list(stmt.seq):
                 self._record(child, premises)
                 premise = _premise_of(child)
                 if premise is not None and self._usable_premise(premise):

@@ -32,7 +32,7 @@ from tilewave.analysis.shared_access import AccessScope, collect_thread_extents,
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, loads_local_buffer
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.analysis.uniformity import unwritten_global_buffers
-from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
+from tilewave.ir.walker import TIRMutator, ffi_list, post_order_visit, substitute
 
 __all__ = ["UniformityProof"]
 
@@ -132,7 +132,7 @@ class UniformityProof:
     def _collect_premises(self, stmt: Any, premises: list[Any]) -> None:
         if isinstance(stmt, tirx.SeqStmt):
             held = list(premises)
-            for child in stmt.seq:
+            for child in ffi_list(stmt.seq):
                 self._collect_premises(child, held)
                 stated = _stated(child)
                 if stated is not None:

@@ -65,7 +65,7 @@ from tilewave.analysis.shared_access import (
 from tilewave.codegen.rocm import lds_counter_wait, vmem_counter_wait, wait_drains
 from tilewave.errors import TargetFeatureError, TilewaveError, where
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import TIRVisitor, post_order_visit, rebuild
+from tilewave.ir.walker import TIRVisitor, ffi_list, post_order_visit, rebuild
 from tilewave.targets import TargetInfo, get_target
 
 __all__ = [
@@ -315,9 +315,9 @@ class _WaitPlacer:
     def visit(self, stmt: Any, state: CounterState) -> tuple[Any, CounterState]:
         if isinstance(stmt, tirx.SeqStmt):
             out: list[Any] = []
-            for item in stmt.seq:
+            for item in ffi_list(stmt.seq):
                 new, state = self.visit(item, state)
-                out.extend(new.seq if isinstance(new, tirx.SeqStmt) else [new])
+                out.extend(ffi_list(new.seq) if isinstance(new, tirx.SeqStmt) else [new])
             return _seq(out, stmt), state
         if isinstance(stmt, tirx.IfThenElse):
             state = self.expr_reads([stmt.condition], state)
@@ -374,7 +374,7 @@ def _with_body(stmt: Any, body: Any) -> Any:
 
 def _seq(items: list[Any], original: Any) -> Any:
     if original is not None and len(items) == len(original.seq) and all(
-        a.same_as(b) for a, b in zip(items, original.seq, strict=True)
+        a.same_as(b) for a, b in zip(items, ffi_list(original.seq), strict=True)
     ):
         return original
     return items[0] if len(items) == 1 else tirx.SeqStmt(items)

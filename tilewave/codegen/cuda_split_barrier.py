@@ -54,7 +54,7 @@ from tvm.script import tirx as T
 
 from tilewave.codegen.common import immediate_operand
 from tilewave.errors import MalformedKernelError, TargetFeatureError, where
-from tilewave.ir.walker import TIRMutator, TIRVisitor, rebuild
+from tilewave.ir.walker import TIRMutator, TIRVisitor, ffi_list, rebuild
 from tilewave.targets import get_target
 
 __all__ = ["MBARRIER_BUFFER", "PHASE_BUFFER", "READY_BUFFER", "lower_cuda_split_barriers"]
@@ -266,7 +266,7 @@ class _SplitBarrierRewriter(TIRMutator):
         new = self.generic_visit(node)
         if not node.same_as(self._scope):
             return new
-        body = list(new.body.seq) if isinstance(new.body, tirx.SeqStmt) else [new.body]
+        body = ffi_list(new.body.seq) if isinstance(new.body, tirx.SeqStmt) else [new.body]
         return rebuild(new, {"body": tirx.SeqStmt(self._prologue + body)})
 
     visit_For = _rewrite_scope

@@ -31,7 +31,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import post_order_visit, rebuild
+from tilewave.ir.walker import ffi_list, post_order_visit, rebuild
 
 __all__ = ["commit_copy_runs", "has_commits", "issues_group_copies", "needs_added_commits"]
 
@@ -80,7 +80,7 @@ def _leaf_role(stmt: Any, func_name: str | None, scope: AccessScope) -> str:
 
 def _children(stmt: Any) -> list[Any]:
     if isinstance(stmt, tirx.SeqStmt):
-        return list(stmt.seq)
+        return ffi_list(stmt.seq)
     if isinstance(stmt, tirx.IfThenElse):
         return [stmt.condition, stmt.then_case] + (
             [stmt.else_case] if stmt.else_case is not None else []
@@ -134,7 +134,7 @@ class _Committer:
     def rewrite(self, stmt: Any) -> Any:
         """``stmt`` with a commit after every run of copies inside it."""
         if isinstance(stmt, tirx.SeqStmt):
-            return self._sequence(list(stmt.seq), stmt)
+            return self._sequence(ffi_list(stmt.seq), stmt)
         if self.role(stmt) != _MIXED or is_leaf_statement(stmt):
             return stmt
         if isinstance(stmt, tirx.IfThenElse):

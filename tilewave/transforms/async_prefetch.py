@@ -44,7 +44,7 @@ from tvm import tirx
 
 from tilewave.analysis.shared_access import AccessKind, statement_accesses
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import TIRMutator, TIRVisitor, rebuild, substitute
+from tilewave.ir.walker import TIRMutator, TIRVisitor, ffi_list, rebuild, substitute
 
 __all__ = ["PrefetchAsyncCopies", "prefetch_async_copies"]
 
@@ -74,7 +74,7 @@ def _copy_only(stmt: Any, func_name: str | None) -> list[Any] | None:
 
     def collect(node: Any) -> None:
         if isinstance(node, tirx.SeqStmt):
-            for child in node.seq:
+            for child in ffi_list(node.seq):
                 collect(child)
         elif isinstance(node, (tirx.For, tirx.AttrStmt)) and isinstance(
             getattr(node, "body", None), tirx.Stmt
@@ -118,7 +118,7 @@ class _Pipeliner(TIRMutator):
         step = node.step if node.step is not None else tirx.IntImm("int32", 1)
         if not isinstance(step, tirx.IntImm) or step.value <= 0:
             return node
-        body = list(node.body.seq)
+        body = ffi_list(node.body.seq)
         copies: list[Any] = []
         stages: set[int] = set()
         for stmt in body:

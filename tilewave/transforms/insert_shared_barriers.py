@@ -85,7 +85,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
     where,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import rebuild
+from tilewave.ir.walker import ffi_list, rebuild
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
 from tilewave.transforms.named_barriers import (
@@ -394,7 +394,7 @@ class _Placer:
             found = _action_cost(self.sync_action(stmt))
         else:
             if isinstance(stmt, tirx.SeqStmt):
-                children = list(stmt.seq)
+                children = ffi_list(stmt.seq)
             else:
                 children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
             counts = [self.sync_counts(c) for c in children if isinstance(c, tirx.Stmt)]
@@ -426,7 +426,7 @@ class _Placer:
         """Every access under ``stmt`` (conditions included)."""
         if isinstance(stmt, tirx.SeqStmt):
             out = []
-            for child in stmt.seq:
+            for child in ffi_list(stmt.seq):
                 out += self.all_accesses(child, scope)
                 scope = self.after(child, scope)
             return out
@@ -638,7 +638,7 @@ class _Placer:
         """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
         if isinstance(stmt, tirx.SeqStmt):
             items: list[Any] = []
-            children = list(stmt.seq)
+            children = ffi_list(stmt.seq)
             for at, child in enumerate(children):
                 later = self.after(child, scope)
                 self._upcoming.append(self._later_accesses(children, at + 1, later))
@@ -1149,7 +1149,7 @@ class _Placer:
     def sequence(self, items: list[Any], original: Any = None) -> Any:
         """Turn items into one statement, expanding barrier placeholders; ``original``
         comes back unchanged when the items are exactly its statements."""
-        old = list(original.seq) if isinstance(original, tirx.SeqStmt) else [original]
+        old = ffi_list(original.seq) if isinstance(original, tirx.SeqStmt) else [original]
         if len(old) == len(items) and all(
             not isinstance(i, _Barrier) and i.same_as(o) for i, o in zip(items, old, strict=True)
         ):
@@ -1157,7 +1157,7 @@ class _Placer:
         out: list[Any] = []
         for item in items:
             if not isinstance(item, _Barrier):
-                out.extend(item.seq if isinstance(item, tirx.SeqStmt) else [item])
+                out.extend(ffi_list(item.seq) if isinstance(item, tirx.SeqStmt) else [item])
                 continue
             for domain, count in item.unit_waits:
                 out.append(_unit_wait(domain, count))
@@ -1209,7 +1209,7 @@ def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
     """The synchronisation actions of the statements under ``stmt`` (expressions are not
     entered: every synchronisation is an ``Evaluate`` statement)."""
     if isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
+        for child in ffi_list(stmt.seq):
             yield from _sync_actions(child)
         return
     if isinstance(stmt, tirx.Evaluate):

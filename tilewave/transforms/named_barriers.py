@@ -29,6 +29,7 @@ from tvm import ir, tirx
 
 from tilewave.errors import where
 from tilewave.ir.intrinsics import callee_name
+from tilewave.ir.walker import ffi_list
 from tilewave.targets import TargetInfo
 
 __all__ = [
@@ -109,7 +110,7 @@ def named_sync(bar_id: int, threads: int) -> Any:
 
 def strip_named_barriers(stmt: Any) -> Any:
     """``stmt`` (a branch) without its top-level named barriers (the pass re-derives them)."""
-    items = list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+    items = ffi_list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
     kept = [s for s in items if not is_named_barrier(s)]
     if len(kept) == len(items):
         return stmt

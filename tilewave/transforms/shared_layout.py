@@ -44,7 +44,7 @@ from tvm import ir, s_tir, tirx
 from tilewave.analysis.shared_buffers import shared_buffers_addressed
 from tilewave.analysis.storage_identity import allocation_bytes
 from tilewave.errors import MalformedKernelError, where
-from tilewave.ir.walker import TIRMutator, TIRVisitor, post_order_visit, rebuild
+from tilewave.ir.walker import TIRMutator, TIRVisitor, ffi_list, post_order_visit, rebuild
 
 __all__ = [
     "CompactBufferAllocation",
@@ -106,7 +106,7 @@ class _Pin(TIRMutator):
         items: list[Any] = []
         tail: list[Any] = []
         changed = False
-        for stmt in node.seq:
+        for stmt in ffi_list(node.seq):
             new = self.visit(stmt)
             changed |= new is not stmt
             if new is not None:
@@ -323,7 +323,7 @@ class _Relocate(TIRMutator):
 
     def visit_SeqStmt(self, node: tirx.SeqStmt) -> Any:
         items: list[Any] = []
-        for stmt in node.seq:
+        for stmt in ffi_list(node.seq):
             if isinstance(stmt, tirx.AllocBuffer) and self._view(stmt.buffer) is not None:
                 if stmt.same_as(self.first):
                     items.append(tirx.AllocBuffer(self.merged))
@@ -394,7 +394,7 @@ class _ScopeCheck(TIRVisitor):
 
     def visit_SeqStmt(self, node: tirx.SeqStmt) -> None:
         saved = self.in_scope
-        for stmt in node.seq:
+        for stmt in ffi_list(node.seq):
             self.visit(stmt)
             self.in_scope |= stmt.same_as(self.first)
         self.in_scope = saved

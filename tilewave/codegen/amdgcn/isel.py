@@ -64,7 +64,7 @@ from tilewave.codegen.amdgcn.value_reuse import (
 )
 from tilewave.errors import MalformedKernelError, SharedMemoryLimitError, TargetFeatureError, where
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import substitute
+from tilewave.ir.walker import ffi_list, substitute
 from tilewave.targets import TargetInfo
 
 __all__ = ["Value", "select"]
@@ -632,7 +632,7 @@ class _Selector(OpSelection, GlobalMemory):
         self.stmt = prev
 
     def s_SeqStmt(self, node: tirx.SeqStmt) -> None:
-        for child in node.seq:
+        for child in ffi_list(node.seq):
             self.stmt_(child)
 
     def s_AttrStmt(self, node: tirx.AttrStmt) -> None:
