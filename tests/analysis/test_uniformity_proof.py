@@ -4,7 +4,7 @@ that only look uniform do not."""
 
 import pytest
 from example_loader import REPO_ROOT, load_module
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from tvm.script import tirx as T
 
 from tilewave.analysis.shared_hazards import find_divergent_barriers, find_shared_hazards
@@ -45,6 +45,11 @@ def test_the_proof_on_each_form(func, expected):
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**PROPERTY.EXAMPLES)
+# found by this property: the load index needs the premise `n % 16 == 0` (n = 16 n')
+@example(
+    tree=("<", ("bx",), ("C", ("//", ("+", ("ty",), ("n",)), 2))),
+    premise=16, tx_extent=32, ty_extent=2, seed=0,
+)
 def test_proved_uniform_means_one_value_and_covers_the_pass(
     tree, premise, tx_extent, ty_extent, seed
 ):

@@ -8,6 +8,7 @@ with the pass): the inputs race, the outputs do not.
 
 import tvm
 from tvm.script import tirx as T
+from wait_counts import with_wait
 
 import tilewave
 from tilewave.analysis.shared_hazards import find_shared_hazards
@@ -213,10 +214,62 @@ def plain_2_stages(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "flo
             B[k, tx] = S[k & 1, 255 - tx * 4]
 
 
+@T.prim_func
+def plain_4_stages(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer(
+            (4, 256), "float32", scope="shared", annotations={"tilewave.multi_buffer_count": 4}
+        )
+        for k_prefetch in range(3):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[k_prefetch & 3, tx * 4]), T.address_of(A[k_prefetch, tx * 4]), 16
+            )
+            T.tilewave.commit_async_ops()
+        for k in range(16):
+            # tiles k + 1 and k + 2 stay in flight: the copy of tile k, issued three
+            # iterations back, is told apart from them by its exact distance
+            T.tilewave.wait_async_ops(2)
+            T.tilewave.lds_barrier()
+            if k + 3 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 3) & 3, tx * 4]), T.address_of(A[k + 3, tx * 4]), 16
+                )
+            T.tilewave.commit_async_ops()
+            B[k, tx] = S[k & 3, 255 - tx * 4]
+
+
+@T.prim_func
+def plain_5_stages(A: T.Buffer((16, 256), "float32"), B: T.Buffer((16, 64), "float32")):
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        S = T.alloc_buffer(
+            (5, 256), "float32", scope="shared", annotations={"tilewave.multi_buffer_count": 5}
+        )
+        for k_prefetch in range(4):
+            T.ptx.cp.async_.cg.shared.global_(
+                T.address_of(S[k_prefetch % 5, tx * 4]), T.address_of(A[k_prefetch, tx * 4]), 16
+            )
+            T.tilewave.commit_async_ops()
+        for k in range(16):
+            T.tilewave.wait_async_ops(3)
+            T.tilewave.lds_barrier()
+            if k + 4 < 16:
+                T.ptx.cp.async_.cg.shared.global_(
+                    T.address_of(S[(k + 4) % 5, tx * 4]), T.address_of(A[k + 4, tx * 4]), 16
+                )
+            T.tilewave.commit_async_ops()
+            B[k, tx] = S[k % 5, 255 - tx * 4]
+
+
 def test_multibuffer_and_prefetch_pipeline_a_plain_loop():
-    for count, expected in ((3, plain_3_stages), (2, plain_2_stages)):
+    cases = ((5, plain_5_stages), (4, plain_4_stages), (3, plain_3_stages), (2, plain_2_stages))
+    for count, expected in cases:
         pipelined = prefetch_async_copies(multi_buffer(plain, count, target="sm_90a"))
-        check(pipelined, expected)
+        after = check(pipelined, expected)
+        # stages - 2 is the largest count that is enough: one more and racecheck (which
+        # shares no code with the pass) sees tile k read while its copy may be in flight
+        weaker = with_wait(after, count - 1)
+        assert "RAW" in tilewave.racecheck(weaker, "sm_90a").kinds(), count
+        assert find_shared_hazards(weaker, "sm_90a") != []
 
 
 def test_lower_with_multi_buffer_count_pipelines_and_synchronises():

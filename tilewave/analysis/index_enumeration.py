@@ -8,8 +8,8 @@ a copy — the question "may two different threads touch one element?" is decide
 by evaluating both index expressions over those sets with NumPy and intersecting the
 resulting addresses.
 
-The two accesses' loops are related as the caller says (the same iteration, the next one,
-two or more later, unrelated; a loop entered after ``a`` at a known iteration; a loop
+The two accesses' loops are related as the caller says (``d`` iterations later for ``d``
+below FAR, FAR or more later, unrelated; a loop entered after ``a`` at a known iteration; a loop
 ``a`` ran in that has since exited). For each assignment of the shared loop variables
 ("context") the addresses of ``a`` and of ``b`` are computed with the thread that makes
 them; a conflict is an address both touch from two different threads (from any threads
@@ -37,19 +37,25 @@ from tilewave.analysis.footprint import FootprintCache
 if TYPE_CHECKING:
     from tilewave.analysis.shared_access import LoopRange, SharedAccess
 
-__all__ = ["enumerate_no_overlap"]
+__all__ = ["ANY", "FAR", "enumerate_no_overlap"]
 
 #: the most index points (both accesses, all contexts) one question may evaluate
 MAX_POINTS = 1 << 21
 #: points per side when the full spaces are too large and a witness of overlap is sought
 #: in their first values (a common element there is a common element of the whole)
 SAMPLE_POINTS = 1 << 14
-#: shared loops related by "two or more iterations apart" are enumerated as pairs up to
+#: shared loops related by "FAR or more iterations apart" are enumerated as pairs up to
 #: this trip count; longer ones are treated as unrelated (sound, less precise)
 MAX_PAIR_TRIPS = 16
 #: addresses are below this (element offsets into one buffer)
 _ADDRESS_SPAN = 1 << 24
-_FAR, _ANY = 2, 3  # the distances of tilewave.analysis.region_proof
+#: iteration distances: ``0 <= d < FAR`` exactly ``d`` iterations apart; :data:`FAR`: that
+#: many or more; :data:`ANY`: unknown (a new instance of the loop: independent variables).
+#: FAR bounds the stages of a pipeline whose waits are counted exactly: a copy read
+#: ``stages - 1`` iterations after its issue is told apart from the younger ones
+FAR = 4
+ANY = FAR + 1
+_FAR, _ANY = FAR, ANY
 
 
 class _NotEnumerable(Exception):
@@ -403,7 +409,7 @@ def _contexts(
     finished: Mapping[Any, int],
 ) -> tuple[list[_Context], _Ties]:
     """Assignments of loop variables for ``a`` and ``b`` that cover every related pair, and
-    the loops tied iteration by iteration (same or next iteration) through the key."""
+    the loops tied iteration by iteration (a fixed distance below FAR) through the key."""
     per_loop: list[list[_Context]] = []
     ties: _Ties = ([], [])
     b_vars = {id(lp.loop): lp for lp in b.loops if lp.loop is not None}
@@ -420,7 +426,7 @@ def _contexts(
             continue
         dist = iterations.get(la.loop, _ANY)
         count = len(values)
-        if dist in (0, 1):
+        if 0 <= dist < _FAR:
             offset = int(values[0])
             # iteration i of a meets iteration i + dist of b: key both by a's iteration
             ties[0].append((la.var, offset, count))

@@ -27,7 +27,7 @@ import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
-from tilewave.analysis.index_enumeration import enumerate_no_overlap
+from tilewave.analysis.index_enumeration import ANY, FAR, enumerate_no_overlap
 from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
 
 if TYPE_CHECKING:
@@ -35,11 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ANY", "FAR", "analysable", "common_loops", "prove_no_overlap"]
 
-#: an iteration distance of two or more: ``k' >= k + 2 * step``
-FAR = 2
-#: an unknown iteration distance (a new instance of the loop): the loop variables are
-#: independent
-ANY = 3
 #: the most the Z3 fallback may spend on one query; unproven means "may conflict"
 Z3_TIMEOUT_MS = 200
 
@@ -204,9 +199,10 @@ def _prove_one(
         dist = distances.get(loop.loop, ANY) if loop.loop is not None else ANY
         if dist == 0:
             continue  # the same iteration: k' = k
-        if dist == 1 and loop.step is not None:
-            rename[loop.var] = loop.var + loop.step
-            constraints += _loop_constraints(loop, loop.var + loop.step, rename)
+        if 0 < dist < FAR and loop.step is not None:
+            shifted = loop.var + dist * loop.step
+            rename[loop.var] = shifted
+            constraints += _loop_constraints(loop, shifted, rename)
             continue
         pos = positions.get(loop.loop, ANY) if loop.loop is not None else ANY
         if pos < FAR and loop.step is not None and loop.bounds is not None:
@@ -216,10 +212,10 @@ def _prove_one(
         fresh = _fresh(loop.var)
         rename[loop.var] = fresh
         if loop.step is not None and loop.step > 0:
-            if dist == FAR:  # two or more iterations after a's
-                constraints.append(fresh >= loop.var + 2 * loop.step)
-            elif pos == FAR and loop.bounds is not None:  # iteration two or later
-                constraints.append(fresh >= loop.bounds[0] + 2 * loop.step)
+            if dist == FAR:  # FAR or more iterations after a's
+                constraints.append(fresh >= loop.var + FAR * loop.step)
+            elif pos == FAR and loop.bounds is not None:  # iteration FAR or later
+                constraints.append(fresh >= loop.bounds[0] + FAR * loop.step)
         if loop.min is not None and loop.extent is not None and loop.extent > 0:
             _bind_range(an, fresh, loop.min, loop.extent)
         else:
@@ -280,8 +276,8 @@ def prove_no_overlap(
         a, b: accesses to one buffer with the same number of indices.
         thread_extents: thread-index variables and extents (0: unknown).
         iterations: for loops enclosing both (keyed by the ``For`` statement), the possible
-            distances in iterations from ``a`` to ``b``: 0 (same iteration), 1 (next),
-            :data:`FAR` (two or more) or :data:`ANY` (unknown); a loop not listed is ANY.
+            distances in iterations from ``a`` to ``b``: exactly ``d`` for ``d <`` :data:`FAR`,
+            :data:`FAR` (that many or more) or :data:`ANY` (unknown); a loop not listed is ANY.
         same_thread_ordered: accesses of one thread are ordered (not true of async copies),
             so only pairs of distinct threads count.
         positions: loops around ``b`` only, entered after ``a``: completed iterations

@@ -1016,7 +1016,7 @@ def may_conflict(
 
     ``b`` is the later access on a barrier-free path from ``a``. ``iterations`` maps the
     ``For`` statements of loops enclosing both to the possible iteration distances from
-    ``a`` to ``b`` (``{0}`` same iteration, ``{1}`` the next, :data:`FAR` two or more,
+    ``a`` to ``b`` (``{d}`` exactly ``d`` iterations for ``d <`` :data:`FAR`, FAR that many or more,
     :data:`ANY` unknown); by default
     every loop variable is independent. Two atomics never conflict with each other (the
     hardware orders them). An async write is also unordered with respect to its own

@@ -436,7 +436,7 @@ class _Search:
     ) -> tuple[tuple[Any, int], ...]:
         """Iterations completed of the loops entered after the start access (loops it is
         not in), after the edge ``src->dst``: 0 on entry, one more per back edge (up to
-        FAR: two or more), forgotten on exit."""
+        FAR: that many or more), forgotten on exit; unknown after a ``While``'s back edge."""
         edge = (src, dst)
         if edge not in self._loop_edges:
             return positions
@@ -452,7 +452,7 @@ class _Search:
         if loop is not None:
             return tuple((k, d) for k, d in positions if not k.same_as(loop))
         if edge in self.graph.while_back_edges:
-            return tuple((k, FAR) for k, d in positions)
+            return tuple((k, ANY) for k, d in positions)
         return positions
 
     def _moved(

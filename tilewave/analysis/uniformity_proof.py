@@ -187,23 +187,53 @@ class UniformityProof:
                 an.bind(var, ir.Range(0, extent))
                 an.bind(rename[var], ir.Range(0, extent))
         thread_free = [p for p in premises if not _varies(p, self._per_thread)]
-        loads = _Loads(self, rename, an, locals_)
-        mine = loads.visit(cond)
-        distinct = {a: b for a, b in loads.first if a is not b}
-        if not distinct and not _mentions(mine, self._per_thread):
-            return True  # the same expression in both threads
-        theirs = substitute(mine, {**rename, **distinct})
-        claim = tirx.EQ(mine, theirs) if str(mine.ty) != "bool" else tirx.Or(
-            tirx.And(mine, theirs), tirx.And(tirx.Not(mine), tirx.Not(theirs))
-        )
+        multiples = _multiples(thread_free)
+        if multiples:
+            # `n % 16 == 0` as `n = 16 * n'`: the analyzer then sees `(ty + n) // 2 % 16`
+            # through (it does not use the premise inside a division)
+            cond = substitute(cond, multiples)
+            thread_free = [substitute(p, multiples) for p in thread_free]
+        # the premises hold for the load indices too (`C[(ty + n) // 2]` under
+        # `n % 16 == 0` reads one word), so they are in force before the loads are matched
         stack = [an.constraint_scope(p) for p in thread_free if str(p.ty) == "bool"]
         for ctx in stack:
             ctx.__enter__()
         try:
+            loads = _Loads(self, rename, an, locals_)
+            mine = loads.visit(cond)
+            distinct = {a: b for a, b in loads.first if a is not b}
+            if not distinct and not _mentions(mine, self._per_thread):
+                return True  # the same expression in both threads
+            theirs = substitute(mine, {**rename, **distinct})
+            claim = tirx.EQ(mine, theirs) if str(mine.ty) != "bool" else tirx.Or(
+                tirx.And(mine, theirs), tirx.And(tirx.Not(mine), tirx.Not(theirs))
+            )
             return _proved(an, claim)
         finally:
             for ctx in reversed(stack):
                 ctx.__exit__(None, None, None)
+
+
+def _multiples(premises: list[Any]) -> dict[Any, Any]:
+    """``{n: c * n'}`` for each premise ``n % c == 0`` (``n`` a variable, ``c > 1`` a
+    constant; ``n'`` a fresh variable)."""
+    out: dict[Any, Any] = {}
+    for premise in premises:
+        if not isinstance(premise, tirx.EQ):
+            continue
+        for mod, zero in ((premise.a, premise.b), (premise.b, premise.a)):
+            if (
+                isinstance(mod, (tirx.FloorMod, tirx.Mod))
+                and isinstance(mod.a, ir.expr.Var)
+                and isinstance(mod.b, tirx.IntImm)
+                and int(mod.b.value) > 1
+                and isinstance(zero, tirx.IntImm)
+                and int(zero.value) == 0
+                and not any(mod.a.same_as(v) for v in out)
+            ):
+                fresh = tirx.Var(f"{mod.a.name}_div{int(mod.b.value)}", mod.a.ty)
+                out[mod.a] = fresh * mod.b
+    return out
 
 
 def _mentions(expr: Any, variables: Mapping[Any, Any]) -> bool:

@@ -139,7 +139,8 @@ class _Instance:
     """An access in one iteration context relative to the statement being visited.
 
     ``carried``: loops enclosing the access whose back edge was taken since it ran, with the
-    iteration distance (1, :data:`FAR` for two or more, :data:`ANY` for a new instance); loops not
+    iteration distance (exact below :data:`FAR`, FAR for that many or more, :data:`ANY` for a new
+    instance); loops not
     listed are still in the access's iteration. ``positions``: loops *not* enclosing the
     access entered since it ran, with how many iterations of them have completed (the
     statement being visited then runs in iteration ``min + position * step``; FAR: unknown).
@@ -1053,8 +1054,8 @@ class _Placer:
         carried over the back edge is one iteration older (``_Instance.around``): that is
         what lets a multibuffered access of iteration k-1 (slot ``(k-1) % N``) pass a
         write of iteration k (slot ``k % N``) without a barrier. It is sound because an
-        access still pending after a *whole* further iteration becomes "two or more
-        iterations back" (FAR: ``k' >= k + 2``), which includes iteration k+N reusing the
+        access still pending after FAR further iterations becomes "FAR or more
+        iterations back" (``k' >= k + FAR``), which includes iteration k+N reusing the
         slot, so that is only ever excused when a barrier inside the body (the RAW barrier
         of a multibuffered loop) already separates the two.
         """
