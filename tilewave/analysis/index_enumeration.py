@@ -55,7 +55,6 @@ _ADDRESS_SPAN = 1 << 24
 #: ``stages - 1`` iterations after its issue is told apart from the younger ones
 FAR = 4
 ANY = FAR + 1
-_FAR, _ANY = FAR, ANY
 
 
 class _NotEnumerable(Exception):
@@ -228,6 +227,37 @@ def _period(expr: Any, var: Any) -> int | None:
     return period
 
 
+def _conjuncts(cond: Any) -> list[Any]:
+    """The parts of a conjunction (``a and b and c``), each on its own."""
+    if isinstance(cond, tirx.And):
+        return [*_conjuncts(cond.a), *_conjuncts(cond.b)]
+    return [cond]
+
+
+def _divisor_of(expr: Any, var: Any) -> int | None:
+    """``g > 0`` when ``expr`` reads ``var`` only through ``var // c`` with constant
+    ``c > 0`` (``g`` the gcd of those ``c``: ``var // g`` determines ``expr``); 0 when it
+    does not read ``var``; None otherwise."""
+    if isinstance(expr, tirx.FloorDiv) and isinstance(expr.a, ir.expr.Var):
+        if expr.a.same_as(var):
+            b = expr.b
+            return b.value if isinstance(b, tirx.IntImm) and b.value > 0 else None
+    if isinstance(expr, ir.expr.Var):
+        return None if expr.same_as(var) else 0
+    if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
+        return 0
+    children = _operands(expr)
+    if children is None:
+        return None
+    divisor = 0
+    for child in children:
+        seen = _divisor_of(child, var)
+        if seen is None:
+            return None
+        divisor = math.gcd(divisor, seen)
+    return divisor
+
+
 def _operands(expr: Any) -> list[Any] | None:
     if isinstance(expr, ir.expr.Var):
         return None  # the variable itself, outside any modulus
@@ -262,7 +292,7 @@ class _Side:
     def __init__(self, access: SharedAccess, thread_extents: Mapping[Any, int]) -> None:
         self.access = access
         self.flat = _flat(access)
-        self.conditions = list(access.path_conditions)
+        self.conditions = [c for cond in access.path_conditions for c in _conjuncts(cond)]
         self.threads = [(v, e) for v, e in thread_extents.items() if e != 1]
         for var, ext in self.threads:
             if ext <= 0:
@@ -270,12 +300,40 @@ class _Side:
         used = _free_vars([self.flat, *self.conditions])
         self.loops = [lp for lp in access.loops if any(lp.var.same_as(u) for u in used)]
         known = [v for v, _ in thread_extents.items()] + [lp.var for lp in self.loops]
+        self.thread_values = [self._thread_axis(v, e) for v, e in self.threads]
         for var in used:
             if not any(var.same_as(k) for k in known):
                 raise _NotEnumerable(f"variable {var} with no known range")
         self._valid: dict[Any, np.ndarray | None] = {}
         self._periods: dict[Any, int | None] = {}
         self._points: dict[Any, _Points] = {}
+
+    def _thread_axis(self, var: Any, extent: int) -> np.ndarray:
+        """The values of thread variable ``var`` to enumerate. All that `_overlap` reads of
+        the threads at an address is the lowest and highest thread id, so where the index
+        and the other conditions see ``var`` only through ``var // g`` (or not at all), the
+        first and last allowed value of each class give the same answer as all of them; a
+        condition on ``var`` alone (``tx == 0``) removes the values it excludes."""
+        values = np.arange(extent, dtype=np.int64)
+        others = [self.flat]
+        for cond in self.conditions:
+            free = _free_vars([cond])
+            if len(free) == 1 and free[0].same_as(var):
+                values = values[np.broadcast_to(_evaluate(cond, {var: values}), values.shape)]
+            else:
+                others.append(cond)
+        divisor = 0
+        for expr in others:
+            seen = _divisor_of(expr, var)
+            if seen is None:
+                return values
+            divisor = math.gcd(divisor, seen)
+        if len(values) == 0:
+            return values
+        classes = values // divisor if divisor else np.zeros_like(values)
+        starts = np.flatnonzero(np.r_[True, classes[1:] != classes[:-1]])
+        ends = np.r_[starts[1:], len(values)] - 1
+        return np.unique(np.concatenate([values[starts], values[ends]]))
 
     def valid(self, loop: LoopRange) -> np.ndarray | None:
         """The iterations of ``loop`` in which the access can run, judged by the path
@@ -336,7 +394,7 @@ class _Side:
         self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]], sample: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         axes: list[tuple[Any, np.ndarray]] = [
-            (v, np.arange(e, dtype=np.int64)) for v, e in self.threads
+            (v, values) for (v, _), values in zip(self.threads, self.thread_values, strict=True)
         ]
         for lp in self.loops:
             values = next((x for k, x in fixed.items() if k.same_as(lp.var)), None)
@@ -417,35 +475,35 @@ def _contexts(
         lb = b_vars.pop(id(la.loop), None) if la.loop is not None else None
         values = _values(la)
         if lb is None:
-            back = finished.get(la.loop, _ANY) if la.loop is not None else _ANY
+            back = finished.get(la.loop, ANY) if la.loop is not None else ANY
             last = values[-1]
-            if back < _FAR:
+            if back < FAR:
                 per_loop.append([({la.var: np.array([last - back * la.step])}, {})])
-            elif back == _FAR:
-                per_loop.append([({la.var: values[values <= last - _FAR * la.step]}, {})])
+            elif back == FAR:
+                per_loop.append([({la.var: values[values <= last - FAR * la.step]}, {})])
             continue
-        dist = iterations.get(la.loop, _ANY)
+        dist = iterations.get(la.loop, ANY)
         count = len(values)
-        if 0 <= dist < _FAR:
+        if 0 <= dist < FAR:
             offset = int(values[0])
             # iteration i of a meets iteration i + dist of b: key both by a's iteration
             ties[0].append((la.var, offset, count))
             ties[1].append((lb.var, offset + dist * la.step, count))
             per_loop.append([_tied_values(a, b, la, lb, dist)])
-        elif dist == _FAR and len(values) <= MAX_PAIR_TRIPS:
+        elif dist == FAR and len(values) <= MAX_PAIR_TRIPS:
             per_loop.append(
                 [
-                    ({la.var: np.array([v])}, {lb.var: values[values >= v + _FAR * la.step]})
+                    ({la.var: np.array([v])}, {lb.var: values[values >= v + FAR * la.step]})
                     for v in values
                 ]
             )
     for lb in b_vars.values():
-        pos = positions.get(lb.loop, _ANY)
+        pos = positions.get(lb.loop, ANY)
         values = _values(lb)
-        if pos < _FAR:
+        if pos < FAR:
             per_loop.append([({}, {lb.var: values[pos : pos + 1]})])
-        elif pos == _FAR:
-            per_loop.append([({}, {lb.var: values[_FAR:]})])
+        elif pos == FAR:
+            per_loop.append([({}, {lb.var: values[FAR:]})])
     out = []
     for combo in itertools.product(*per_loop):
         fa: dict[Any, np.ndarray] = {}

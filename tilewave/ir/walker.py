@@ -443,7 +443,12 @@ def post_order_visit(
             return tvm_ffi.VisitInterrupt()
         return on_node(value, visitor)
 
-    entries = [(_TYPE_ENTRY, _prune)]
+    entries = []
+    if types is None or not all(issubclass(cls, tirx.Stmt) for cls in types):
+        # types hold expressions (buffer shapes) but never statements: a walk that calls
+        # Python only at statements may enter them in C++, cheaper than a Python call at
+        # every type node to prune it
+        entries.append((_TYPE_ENTRY, _prune))
     if types is None:
         entries.append((_CALL_ENTRY, on_call))
         entries += [(index, on_node) for index in _NODE_ENTRIES]
