@@ -28,6 +28,7 @@ from tvm.tirx.build import codegen_build
 
 from tilewave.codegen.lower_ops import LowerTilewaveOps
 from tilewave.codegen.rocm import offline_rocm_link
+from tilewave.cyclic_gc import without_cyclic_gc
 from tilewave.errors import (
     KernelSourceError,
     MalformedKernelError,
@@ -387,6 +388,7 @@ def _pass_context(instruments: Sequence[Any] | None) -> Iterator[None]:
         yield
 
 
+@without_cyclic_gc
 def run_stages(
     passes: Sequence[Any], mod: tvm.IRModule, info: TargetInfo, sequence_name: str
 ) -> tvm.IRModule:

@@ -79,6 +79,7 @@ from tilewave.analysis.storage_model import SharedMemoryModel
 from tilewave.analysis.uniformity import thread_conditions
 from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
+from tilewave.cyclic_gc import without_cyclic_gc
 from tilewave.ir.walker import ffi_list
 from tilewave.targets import get_target
 
@@ -603,6 +604,7 @@ def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
     return graph, thread_extents
 
 
+@without_cyclic_gc
 def find_shared_hazards(
     func: Any, target: Any = None, protocol: bool = True
 ) -> list[SharedHazard]:

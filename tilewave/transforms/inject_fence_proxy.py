@@ -28,6 +28,7 @@ from tvm import ir, tirx
 from tvm.script import tirx as T
 
 from tilewave.analysis.proxy_state import StmtPath, analyze_proxy_state, child_statements
+from tilewave.cyclic_gc import without_cyclic_gc
 from tilewave.errors import MalformedKernelError, PassOptionError
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import rebuild
@@ -183,6 +184,7 @@ def _check_flag(name: str, value: Any) -> None:
         )
 
 
+@without_cyclic_gc
 def inject_fence_proxy(
     func: tirx.PrimFunc,
     target: Any = None,

@@ -77,6 +77,7 @@ from tilewave.analysis.shared_access import (
 from tilewave.analysis.storage_identity import storage_map
 from tilewave.analysis.uniformity import UniformityAnalysis, thread_conditions
 from tilewave.analysis.warp_roles import WarpRole, role_of
+from tilewave.cyclic_gc import without_cyclic_gc
 from tilewave.errors import (  # DivergentBarrierError re-exported: it used to live here
     DivergentBarrierError,
     MalformedKernelError,
@@ -1253,6 +1254,7 @@ def _barrier_style(target: TargetInfo, barrier_style: str | None) -> bool:
     return style == "split"
 
 
+@without_cyclic_gc
 def insert_shared_barriers(
     func: tirx.PrimFunc, target: Any, barrier_style: str | None = None
 ) -> tirx.PrimFunc:

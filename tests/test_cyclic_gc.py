@@ -1,0 +1,72 @@
+"""The cyclic collector is off while tilewave's analyses run and back on afterwards."""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import pytest
+from tvm.script import tirx as T
+
+from tilewave.cyclic_gc import cyclic_gc_paused, without_cyclic_gc
+from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
+
+
+@pytest.fixture(autouse=True)
+def _collector_enabled():
+    was = gc.isenabled()
+    gc.enable()
+    yield
+    if not was:
+        gc.disable()
+
+
+def test_paused_inside_and_enabled_after() -> None:
+    with cyclic_gc_paused():
+        assert not gc.isenabled()
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner block leaves it to the outer one
+    assert gc.isenabled()
+
+
+def test_enabled_again_after_an_exception() -> None:
+    @without_cyclic_gc
+    def failing() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        failing()
+    assert gc.isenabled()
+
+
+def test_left_disabled_when_it_was_disabled() -> None:
+    gc.disable()
+    with cyclic_gc_paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_the_barrier_pass_runs_with_it_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[bool] = []
+    # (the package exports a function of the module's name: take the module itself)
+    pass_module = sys.modules[insert_shared_barriers.__module__]
+    original = pass_module._Placer.place
+
+    def place(self, body):  # type: ignore[no-untyped-def]
+        seen.append(gc.isenabled())
+        return original(self, body)
+
+    monkeypatch.setattr(pass_module._Placer, "place", place)
+
+    @T.prim_func
+    def reverse(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+        for tx in T.thread_binding(64, thread="threadIdx.x"):
+            S = T.alloc_buffer((64,), "float32", scope="shared")
+            S[tx] = A[tx]
+            B[tx] = S[63 - tx]
+
+    out = insert_shared_barriers(reverse, "sm_90a")
+    assert seen and not any(seen)
+    assert gc.isenabled()
+    assert "lds_barrier" in out.script()
