@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-import sys
+import importlib
 
 import pytest
 from tvm.script import tirx as T
@@ -49,8 +49,8 @@ def test_left_disabled_when_it_was_disabled() -> None:
 
 def test_the_barrier_pass_runs_with_it_paused(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[bool] = []
-    # (the package exports a function of the module's name: take the module itself)
-    pass_module = sys.modules[insert_shared_barriers.__module__]
+    # (the package exports a function of the module's name: import the module itself)
+    pass_module = importlib.import_module("tilewave.transforms.insert_shared_barriers")
     original = pass_module._Placer.place
 
     def place(self, body):  # type: ignore[no-untyped-def]

@@ -64,7 +64,7 @@ def shared_allocations(func: tirx.PrimFunc) -> list[SharedAllocation]:
         if isinstance(node, tirx.AllocBuffer) and is_shared_buffer(node.buffer):
             found.append(_allocation(node))
 
-    post_order_visit(func.body, visit)
+    post_order_visit(func.body, visit, (tirx.AllocBuffer,))
     return found
 
 
@@ -134,7 +134,7 @@ def block_threads(func: tirx.PrimFunc) -> int:
             if tag.startswith("threadIdx") and isinstance(node.value, tirx.IntImm):
                 extents[tag] = max(extents.get(tag, 1), int(node.value))
 
-    post_order_visit(func.body, visit)
+    post_order_visit(func.body, visit, (tirx.AttrStmt,))
     total = 1
     for extent in extents.values():
         total *= extent

@@ -476,7 +476,7 @@ def _transaction_barriers(body: Any) -> set[Any]:
             if element is not None:
                 found.add(element[0])
 
-    post_order_visit(body, check)
+    post_order_visit(body, check, (ir.expr.Call,))
     return found
 
 

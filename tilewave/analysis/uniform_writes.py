@@ -76,7 +76,7 @@ def _exits_early(loop: Any) -> bool:
             op = getattr(node, "op", None) if isinstance(node, ir.expr.Call) else None
             found = found or (isinstance(op, ir.Op) and op.name in _LOOP_EXITS)
 
-        post_order_visit(loop.body, check)
+        post_order_visit(loop.body, check, (ir.expr.Call,))
         if len(_EXITING) > 4096:
             _EXITING.clear()
         _EXITING[loop] = found

@@ -57,7 +57,7 @@ def _writes_shared(stmt: Any) -> bool:
         if isinstance(node, tirx.BufferStore) and is_shared_buffer(node.buffer):
             found = True
 
-    post_order_visit(stmt, visit)
+    post_order_visit(stmt, visit, (tirx.BufferStore,))
     return found
 
 
@@ -74,7 +74,7 @@ def _two_arm_shared_write_conditions(func: tirx.PrimFunc) -> list[Any]:
         ):
             found.append(node.condition)
 
-    post_order_visit(func.body, visit)
+    post_order_visit(func.body, visit, (tirx.IfThenElse,))
     return found
 
 

@@ -1023,9 +1023,13 @@ class _Placer:
             return _remap(entry, lambda i, _: i.entering(loop))
 
         body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
-        barrier, hoisted_state = self.barrier_before(
-            self.all_accesses(stmt, scope), state, strict=False
-        )
+        barrier, hoisted_state = None, state
+        if count > (0, 0):
+            # the pass only inserts synchronisation: a body that needed none cannot need
+            # less with a barrier before the loop, so that trial is skipped
+            barrier, hoisted_state = self.barrier_before(
+                self.all_accesses(stmt, scope), state, strict=False
+            )
         if barrier is not None and not inner:
             hoisted = self.fixpoint(stmt.body, enter(hoisted_state), inner_scope, inner, repeats)
             if hoisted[3] < count:
@@ -1106,9 +1110,11 @@ class _Placer:
         self, stmt: Any, state: _State, scope: AccessScope, inner: bool, prefix: list[Any]
     ) -> tuple[list[Any], _State]:
         body, out, count = self.while_fixpoint(stmt, state, scope, inner)
-        barrier, hoisted_state = self.barrier_before(
-            self.all_accesses(stmt, scope), state, strict=False
-        )
+        barrier, hoisted_state = None, state
+        if count > 0:  # (as for a `For`: no barrier in the body, nothing to save)
+            barrier, hoisted_state = self.barrier_before(
+                self.all_accesses(stmt, scope), state, strict=False
+            )
         if barrier is not None and not inner:
             hoisted = self.while_fixpoint(stmt, hoisted_state, scope, inner)
             if hoisted[2] < count:
