@@ -521,4 +521,6 @@ def test_the_generator_makes_races_between_the_two_views():
         hazards = find_shared_hazards(from_source(source, extra_vars={"T": T}), "sm_90a")
         return any(not h.first.buffer.same_as(h.second.buffer) for h in hazards)
 
-    assert cross(find(view_kernels(), cross, settings=settings(database=None, derandomize=True)))
+    # no deadline: the first call (imports, cold caches) can take 300 ms on a busy machine
+    quiet = settings(database=None, derandomize=True, deadline=None)
+    assert cross(find(view_kernels(), cross, settings=quiet))
