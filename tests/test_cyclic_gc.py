@@ -6,9 +6,9 @@ import gc
 import importlib
 
 import pytest
-from tvm.script import tirx as T
 
 from tilewave.cyclic_gc import cyclic_gc_paused, without_cyclic_gc
+from tilewave.examples_builtin import tiled_transpose
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
 
@@ -59,14 +59,7 @@ def test_the_barrier_pass_runs_with_it_paused(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(pass_module._Placer, "place", place)
 
-    @T.prim_func
-    def reverse(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-        for tx in T.thread_binding(64, thread="threadIdx.x"):
-            S = T.alloc_buffer((64,), "float32", scope="shared")
-            S[tx] = A[tx]
-            B[tx] = S[63 - tx]
-
-    out = insert_shared_barriers(reverse, "sm_90a")
+    out = insert_shared_barriers(tiled_transpose, "sm_90a")
     assert seen and not any(seen)
     assert gc.isenabled()
     assert "lds_barrier" in out.script()

@@ -215,16 +215,24 @@ def _period(expr: Any, var: Any) -> int | None:
         c = _affine_coefficient(x, var)
         if c is not None:
             return m // math.gcd(abs(c), m) if c else 1
+    return _fold_operands(expr, lambda child: _period(child, var), math.lcm, 1)
+
+
+def _fold_operands(
+    expr: Any, part: Callable[[Any], int | None], combine: Callable[[int, int], int], start: int
+) -> int | None:
+    """``combine`` of ``part`` over ``expr``'s operands, from ``start``; None when
+    ``expr`` has no known operands or ``part`` of one is None."""
     children = _operands(expr)
     if children is None:
         return None
-    period = 1
+    acc = start
     for child in children:
-        p = _period(child, var)
-        if p is None:
+        value = part(child)
+        if value is None:
             return None
-        period = period * p // math.gcd(period, p)
-    return period
+        acc = combine(acc, value)
+    return acc
 
 
 def _conjuncts(cond: Any) -> list[Any]:
@@ -246,16 +254,7 @@ def _divisor_of(expr: Any, var: Any) -> int | None:
         return None if expr.same_as(var) else 0
     if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
         return 0
-    children = _operands(expr)
-    if children is None:
-        return None
-    divisor = 0
-    for child in children:
-        seen = _divisor_of(child, var)
-        if seen is None:
-            return None
-        divisor = math.gcd(divisor, seen)
-    return divisor
+    return _fold_operands(expr, lambda child: _divisor_of(child, var), math.gcd, 0)
 
 
 def _operands(expr: Any) -> list[Any] | None:
