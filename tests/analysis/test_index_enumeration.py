@@ -61,6 +61,8 @@ def evaluate(expr: Any, env: dict[str, int]) -> int:
     """Python value of a generated expression (no TVM analysis, no NumPy)."""
     if isinstance(expr, tirx.IntImm):
         return int(expr.value)
+    if isinstance(expr, tirx.Cast):  # only casts to bool are generated
+        return int(evaluate(expr.value, env) != 0)
     if isinstance(expr, ir.expr.Var):
         return env[str(expr.name)]
     return int(_OPS[type(expr)](evaluate(expr.a, env), evaluate(expr.b, env)))
@@ -100,6 +102,8 @@ def conditions(draw: Any) -> tuple[tuple[Any, bool], ...]:
                     tirx.EQ(TY, c % 2),
                     tirx.And(TX < c + 1, K < c % 3 + 1),
                     tirx.And(tirx.EQ(TY, c % 2), TX < c),
+                    tirx.Cast("bool", tirx.floormod(TX, c % 3 + 2)),  # an int as a condition
+                    tirx.Cast("bool", tirx.floormod(K + c, 2)),
                 ]
             )
         )
@@ -150,6 +154,22 @@ def brute_force_overlap(a: SharedAccess, b: SharedAccess, distance: int, ordered
     conds_b=(),
     distance=0,
     ordered=True,
+)
+@example(  # odd threads only: a mask, not indices into the thread values
+    index_a=tirx.floordiv(TX, 2) + TY * 4 + 32,
+    index_b=tirx.floordiv(TX, 2) + TY * 4 + 33,
+    conds_a=((tirx.Cast("bool", tirx.floormod(TX, 2)), True),),
+    conds_b=((tirx.Cast("bool", tirx.floormod(TX, 2)), True),),
+    distance=0,
+    ordered=True,
+)
+@example(  # an integer condition on the loop variable alone
+    index_a=K + 32,
+    index_b=K + 33,
+    conds_a=((tirx.Cast("bool", tirx.floormod(K, 2)), True),),
+    conds_b=(),
+    distance=1,
+    ordered=False,
 )
 def test_enumeration_is_exact(index_a, index_b, conds_a, conds_b, distance, ordered):
     a = access(AccessKind.WRITE, index_a, conds_a)

@@ -235,6 +235,12 @@ def _fold_operands(
     return acc
 
 
+def _holds(cond: Any, env: Mapping[Any, Any], shape: tuple[int, ...]) -> np.ndarray:
+    """Where ``cond`` holds, as a boolean mask of ``shape`` (a condition may be an integer
+    cast to bool: nonzero holds)."""
+    return np.broadcast_to(np.asarray(_evaluate(cond, env)) != 0, shape)
+
+
 def _conjuncts(cond: Any) -> list[Any]:
     """The parts of a conjunction (``a and b and c``), each on its own."""
     if isinstance(cond, tirx.And):
@@ -318,7 +324,7 @@ class _Side:
         for cond in self.conditions:
             free = _free_vars([cond])
             if len(free) == 1 and free[0].same_as(var):
-                values = values[np.broadcast_to(_evaluate(cond, {var: values}), values.shape)]
+                values = values[_holds(cond, {var: values}, values.shape)]
             else:
                 others.append(cond)
         divisor = 0
@@ -348,7 +354,7 @@ class _Side:
                 if len(free) > 1:
                     self._valid[loop.loop] = None
                     return None
-                keep &= np.broadcast_to(_evaluate(cond, {loop.var: values}), values.shape)
+                keep &= _holds(cond, {loop.var: values}, values.shape)
             self._valid[loop.loop] = values[keep]
         return self._valid[loop.loop]
 
@@ -422,7 +428,7 @@ class _Side:
             stride *= ext
         keep = np.ones(shape, bool)
         for cond in self.conditions:
-            keep &= np.broadcast_to(np.asarray(_evaluate(cond, env), bool), shape)
+            keep &= _holds(cond, env, shape)
         return key[keep].ravel(), thread[keep].ravel()
 
 
