@@ -298,6 +298,8 @@ class _Side:
         self.access = access
         self.flat = _flat(access)
         self.conditions = [c for cond in access.path_conditions for c in _conjuncts(cond)]
+        #: the variables each condition reads (asked per thread variable and per loop)
+        self._condition_vars = [_free_vars([cond]) for cond in self.conditions]
         self.threads = [(v, e) for v, e in thread_extents.items() if e != 1]
         for var, ext in self.threads:
             if ext <= 0:
@@ -321,8 +323,7 @@ class _Side:
         condition on ``var`` alone (``tx == 0``) removes the values it excludes."""
         values = np.arange(extent, dtype=np.int64)
         others = [self.flat]
-        for cond in self.conditions:
-            free = _free_vars([cond])
+        for cond, free in zip(self.conditions, self._condition_vars, strict=True):
             if len(free) == 1 and free[0].same_as(var):
                 values = values[_holds(cond, {var: values}, values.shape)]
             else:
@@ -347,8 +348,7 @@ class _Side:
         if loop.loop not in self._valid:
             values = _values(loop)
             keep = np.ones(len(values), bool)
-            for cond in self.conditions:
-                free = _free_vars([cond])
+            for cond, free in zip(self.conditions, self._condition_vars, strict=True):
                 if not any(v.same_as(loop.var) for v in free):
                     continue
                 if len(free) > 1:

@@ -1023,14 +1023,9 @@ class _Placer:
             return _remap(entry, lambda i, _: i.entering(loop))
 
         body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
-        barrier, hoisted_state = None, state
-        if count > (0, 0):
-            # the pass only inserts synchronisation: a body that needed none cannot need
-            # less with a barrier before the loop, so that trial is skipped
-            barrier, hoisted_state = self.barrier_before(
-                self.all_accesses(stmt, scope), state, strict=False
-            )
-        if barrier is not None and not inner:
+        trial = self.hoisting_trial(stmt, state, scope, inner, count > (0, 0))
+        if trial is not None:
+            barrier, hoisted_state = trial
             hoisted = self.fixpoint(stmt.body, enter(hoisted_state), inner_scope, inner, repeats)
             if hoisted[3] < count:
                 # one barrier before the loop instead of some inside it (or weaker waits:
@@ -1043,6 +1038,18 @@ class _Placer:
         if loop is not None:
             after = _remap(after, lambda i, _: i.leaving(loop))
         return [*prefix, new_stmt], after
+
+    def hoisting_trial(
+        self, loop: Any, state: _State, scope: AccessScope, divergent: bool, body_synced: bool
+    ) -> tuple[_Barrier, _State] | None:
+        """The barrier worth trying before ``loop`` instead of inside it, with the state
+        after it; None when there is none to try: the loop is thread-divergent, its
+        body needed no synchronisation (``body_synced`` False: the pass only inserts, so a
+        barrier before the loop cannot cost less) or nothing pending conflicts with it."""
+        if divergent or not body_synced:
+            return None
+        barrier, after = self.barrier_before(self.all_accesses(loop, scope), state, strict=False)
+        return None if barrier is None else (barrier, after)
 
     def fixpoint(
         self,
@@ -1110,12 +1117,9 @@ class _Placer:
         self, stmt: Any, state: _State, scope: AccessScope, inner: bool, prefix: list[Any]
     ) -> tuple[list[Any], _State]:
         body, out, count = self.while_fixpoint(stmt, state, scope, inner)
-        barrier, hoisted_state = None, state
-        if count > 0:  # (as for a `For`: no barrier in the body, nothing to save)
-            barrier, hoisted_state = self.barrier_before(
-                self.all_accesses(stmt, scope), state, strict=False
-            )
-        if barrier is not None and not inner:
+        trial = self.hoisting_trial(stmt, state, scope, inner, count > 0)
+        if trial is not None:
+            barrier, hoisted_state = trial
             hoisted = self.while_fixpoint(stmt, hoisted_state, scope, inner)
             if hoisted[2] < count:
                 prefix.append(barrier)
