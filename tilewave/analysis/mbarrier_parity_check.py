@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 from tvm import ir, tirx
 
+from tilewave.analysis.hazard_report import HazardKind, SharedHazard
 from tilewave.analysis.hopper_ops import mbarrier_element, mbarrier_role, mbarrier_wait_loop
 from tilewave.analysis.local_scalars import ScalarForwarder, single_assignment_scalars
 from tilewave.analysis.named_barrier_order import (
@@ -65,7 +66,6 @@ from tilewave.analysis.named_barrier_order import (
     thread_tags,
 )
 from tilewave.analysis.shared_access import collect_thread_extents, statement_accesses
-from tilewave.analysis.shared_hazards import HazardKind, SharedHazard
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import ffi_list, post_order_visit
 

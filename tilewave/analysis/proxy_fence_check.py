@@ -38,8 +38,8 @@ from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.analysis.hazard_report import HazardKind, SharedHazard
 from tilewave.analysis.shared_access import AccessKind, SharedAccess, may_conflict
-from tilewave.analysis.shared_hazards import HazardKind, SharedHazard
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call
 
 __all__ = ["MissingFenceHazard", "missing_fence_hazards"]

@@ -33,7 +33,6 @@ storage identity).
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections import deque
 from dataclasses import dataclass, field
@@ -41,6 +40,8 @@ from typing import Any
 
 from tvm import tirx
 
+from tilewave.analysis import mbarrier_parity_check, proxy_fence_check
+from tilewave.analysis.hazard_report import HazardKind, SharedHazard
 from tilewave.analysis.hopper_ops import (
     descriptor_sources,
     mbarrier_implications,
@@ -84,37 +85,6 @@ from tilewave.ir.walker import ffi_list
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
-
-
-class HazardKind(enum.Enum):
-    """The order of a conflicting pair: which of the two writes."""
-
-    RAW = "read-after-write"
-    WAR = "write-after-read"
-    WAW = "write-after-write"
-
-
-@dataclass(frozen=True)
-class SharedHazard:
-    """One unsynchronised conflicting pair.
-
-    Attributes:
-        buffer: name of the shared buffer.
-        kind: RAW, WAR or WAW (an atomic counts as a read and a write).
-        first: the access that comes first on the barrier-free path.
-        second: the access that comes after it.
-    """
-
-    buffer: str
-    kind: HazardKind
-    first: SharedAccess
-    second: SharedAccess
-
-    def __str__(self) -> str:
-        return (
-            f"{self.kind.name} on {self.buffer}: `{self.first.describe()}` then "
-            f"`{self.second.describe()}` with no barrier between them"
-        )
 
 
 @dataclass(eq=False)
@@ -670,8 +640,6 @@ def find_shared_hazards(
                 ):
                     report(a, b)
     if protocol:  # Hopper's async protocol: fences and mbarrier parities
-        from tilewave.analysis import mbarrier_parity_check, proxy_fence_check
-
         hazards += proxy_fence_check.missing_fence_hazards(graph.nodes, thread_extents)
         hazards += mbarrier_parity_check.mbarrier_parity_hazards(func)
     return hazards

@@ -11,7 +11,6 @@ have not finished, the block is deadlocked.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +29,7 @@ from tilewave.racecheck.evaluate import (
 )
 from tilewave.racecheck.findings import Finding, statement_text
 from tilewave.racecheck.memory import OFFSET_BITS, Memory, Storage, np_dtype
+from tilewave.racecheck.operands import Access, Blocked
 from tilewave.racecheck.program import Program
 from tilewave.racecheck.schedule import Schedule
 from tilewave.racecheck.shadow import GENERIC, Conflicts, Shadow
@@ -39,30 +39,6 @@ __all__ = ["Access", "BlockRun", "Blocked"]
 
 RUNNABLE, BLOCKED, DONE = 0, 1, 2
 _SHARED_WINDOW_ALIGN = 1024
-
-
-class Blocked(Exception):
-    """Raised by an op handler: these threads wait here (their pc does not advance)."""
-
-    def __init__(self, threads: np.ndarray, reason: str,
-                 reasons: dict[int, str] | None = None) -> None:
-        super().__init__(reason)
-        self.threads = threads
-        self.reason = reason
-        self.reasons = reasons or {}
-
-    def reason_of(self, thread: int) -> str:
-        """Why ``thread`` waits (threads of one group may wait on different objects)."""
-        return self.reasons.get(thread, self.reason)
-
-
-@dataclass
-class Access:
-    """A resolved memory operand: storage, per-thread byte offsets, element dtype."""
-
-    storage: Storage
-    offsets: np.ndarray
-    dtype: np.dtype
 
 
 class BlockRun:

@@ -25,6 +25,7 @@ from tilewave.errors import MalformedKernelError, UnclassifiedOpError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call
 from tilewave.racecheck.evaluate import int_value, is_string
 from tilewave.racecheck.memory import np_dtype
+from tilewave.racecheck.operands import Access, Blocked
 from tilewave.racecheck.shadow import ASYNC
 
 __all__ = ["OP_TABLE", "dispatch"]
@@ -154,7 +155,6 @@ def per_address(operand: str) -> Callable[[Handler], Handler]:
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
         def run_groups(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-            from tilewave.racecheck.machine import Blocked
 
             values = _value(run, operands(call)[operand][0], threads)
             distinct = np.unique(values)
@@ -186,7 +186,6 @@ def _mbar_touch(run: Any, storage: Any, offset: int, threads: np.ndarray, write:
 
 def _require_mbarrier(run: Any, key: tuple[int, int], storage: Any, threads: np.ndarray) -> None:
     if key not in run.mbarriers.by_address:
-        from tilewave.racecheck.machine import Blocked
 
         run._report(("mbarrier-uninit", run.instr_index), _finding(
             run, "deadlock", f"mbarrier in '{storage.name}' used before mbarrier.init",
@@ -215,7 +214,6 @@ def _block_barrier(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 def _hardware_barrier(run: Any, threads: np.ndarray, bar_id: int, count: int,
                       sync: bool, aligned: bool) -> None:
-    from tilewave.racecheck.machine import Blocked
 
     completed = run.barriers.arrive(bar_id, count, threads, sync, run.instr_index, aligned)
     released = set()
@@ -259,7 +257,6 @@ def _split_signal(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 @handles("tilewave.barrier_wait", "llvm.amdgcn.s.barrier.wait")
 def _split_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    from tilewave.racecheck.machine import Blocked
 
     bar_id = _split_id(run, call, threads)
     _released, waiting, unsignalled = run.split.wait(bar_id, threads)
@@ -318,7 +315,6 @@ def _mbarrier_arrive(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 @per_address("addr")
 def _mbarrier_wait(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
-    from tilewave.racecheck.machine import Blocked
 
     ops = operands(call)
     key, storage, offset = _mbar_key(run, ops["addr"][0], threads)
@@ -371,7 +367,6 @@ def _async_copy(run: Any, threads: np.ndarray, dst_node: Any, src_node: Any, siz
     for thread, unit in zip(threads.tolist(), units.tolist(), strict=True):
         run.clocks.inherit(unit, np.asarray([thread]))
     stmt = run.current_stmt()
-    from tilewave.racecheck.machine import Access
 
     ok = run.in_bounds(Access(dst, dst_off, np.dtype(np.uint8)), threads, size, stmt)
     run.in_bounds(Access(src, src_off, np.dtype(np.uint8)), threads, size, stmt)
@@ -584,7 +579,6 @@ def _wgmma_read(run: Any, unit: int, members: np.ndarray, desc: int, rows: int,
         return
     _, addresses = decoded
     storage, offsets = run.resolve(addresses, None)
-    from tilewave.racecheck.machine import Access
 
     providers = np.full(offsets.size, members[0])
     ok = run.in_bounds(Access(storage, offsets, np.dtype(np.uint8)), providers, 1,
@@ -603,7 +597,6 @@ def _encode_descriptor(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any
     value = ((window >> 4) & 0x3FFF) | ((_value(run, ldo, threads) & 0x3FFF) << 16) | (
         (_value(run, sdo, threads) & 0x3FFF) << 32) | (layout << 62)
     dst, dst_off = _pointer(run, desc_ptr, threads)
-    from tilewave.racecheck.machine import Access
 
     run.store(Access(dst, dst_off, np.dtype(np.int64)), threads, value, run.current_stmt())
     return 0
@@ -623,7 +616,6 @@ def _matrix_rows(run: Any, call: ir.expr.Call, threads: np.ndarray) -> tuple[Any
 
 def _ldmatrix(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     storage, providers, offs, width = _matrix_rows(run, call, threads)
-    from tilewave.racecheck.machine import Access
 
     ok = run.in_bounds(Access(storage, offs, np.dtype(np.uint8)), providers, width,
                        run.current_stmt())
@@ -636,7 +628,6 @@ def _ldmatrix(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 
 def _stmatrix(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     storage, providers, offs, width = _matrix_rows(run, call, threads)
-    from tilewave.racecheck.machine import Access
 
     ok = run.in_bounds(Access(storage, offs, np.dtype(np.uint8)), providers, width,
                        run.current_stmt())
@@ -724,7 +715,6 @@ def _passthrough(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
 def _atomic_add(run: Any, call: ir.expr.Call, threads: np.ndarray) -> Any:
     storage, offs = _pointer(run, call.args[0], threads)
     dtype = np_dtype(str(call.ty)) if str(call.ty) != "void" else np.dtype(np.int32)
-    from tilewave.racecheck.machine import Access
 
     access = Access(storage, offs, dtype)
     ok = run.in_bounds(access, threads, dtype.itemsize, run.current_stmt())

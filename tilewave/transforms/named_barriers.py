@@ -27,7 +27,7 @@ from typing import Any
 
 from tvm import ir, tirx
 
-from tilewave.errors import where
+from tilewave.errors import DivergentBarrierError, where
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import ffi_list
 from tilewave.targets import TargetInfo
@@ -134,8 +134,6 @@ def warp_split(
         DivergentBarrierError: the target has no named barriers (AMD), or the condition is
             not such a split.
     """
-    from tilewave.transforms.insert_shared_barriers import DivergentBarrierError
-
     if not target.is_cuda:
         raise DivergentBarrierError(
             f"{pass_name}: the two branches of the thread-dependent `if` "

@@ -33,18 +33,15 @@ element count that is a multiple of 4 (the aligned group then lies inside the bu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.codegen.amdgcn.kir import Imm, Instr, Operand, Sub, VReg, reg_class
+from tilewave.codegen.amdgcn.selected import SelectedBuffer
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import post_order_visit
-
-if TYPE_CHECKING:
-    from tilewave.codegen.amdgcn.isel import _Buffer
-
 
 __all__ = ["MAX_GLOBAL_OFFSET", "MIN_GLOBAL_OFFSET", "GlobalMemory", "base_pair",
            "buffers_needing_srd", "place_late_prologue", "scale_term", "sum_terms"]
@@ -119,7 +116,7 @@ class GlobalMemory:
 
     late_prologue: list[tuple[Instr, Instr]]  # (insert after this, instruction)
 
-    def global_op(self: Any, buf: _Buffer, flat: object, data: Operand, size: int,
+    def global_op(self: Any, buf: SelectedBuffer, flat: object, data: Operand, size: int,
                   store: bool, var: object) -> None:
         """Load ``size`` bytes at element ``flat`` of ``buf`` into ``data`` (or store them)."""
         vaddr, saddr, imm = self.flat_address(buf, flat)
@@ -132,7 +129,7 @@ class GlobalMemory:
             opcode = _SIGNED[opcode]
         self.emit(opcode, [data], [vaddr, saddr], mods, comment=var.name)
 
-    def flat_address(self: Any, buf: _Buffer, flat: object) -> tuple[Operand, Operand, int]:
+    def flat_address(self: Any, buf: SelectedBuffer, flat: object) -> tuple[Operand, Operand, int]:
         """(vaddr, saddr, signed immediate offset) of element ``flat`` of ``buf``."""
         terms, const = self.index_terms(flat)
         imm = const * buf.elem_bytes
@@ -186,7 +183,7 @@ class GlobalMemory:
             return out
         return None
 
-    def window_base(self: Any, buf: _Buffer, window: int) -> Operand:
+    def window_base(self: Any, buf: SelectedBuffer, window: int) -> Operand:
         """``buf``'s base plus ``window`` bytes: an SGPR pair computed once, in the prologue."""
         key = (id(buf), window)
         known = self.windows.get(key)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import tvm_ffi
 from tvm import ir, tirx
@@ -51,6 +50,8 @@ from tilewave.codegen.amdgcn.kir import (
 )
 from tilewave.codegen.amdgcn.known_bits import KnownBits
 from tilewave.codegen.amdgcn.scalarize import NotScalarizable, lane_of
+from tilewave.codegen.amdgcn.selected import ELEM_BYTES as _ELEM_BYTES
+from tilewave.codegen.amdgcn.selected import SelectedBuffer, Value
 from tilewave.codegen.amdgcn.unroll import partially_unrolled, should_unroll, unrolled_copies
 from tilewave.codegen.amdgcn.value_reuse import (
     LoopFrame,
@@ -74,8 +75,6 @@ MAX_BUFFER_OFFSET = 4095  # MUBUF 12-bit unsigned offset field
 MAX_DS_OFFSET = 65535  # DS 16-bit unsigned offset field
 
 # uint16: TVM's lowering stores bfloat16 buffers as uint16 (BF16 storage legalisation)
-_ELEM_BYTES = {"float32": 4, "int32": 4, "uint32": 4, "float16": 2, "bfloat16": 2, "uint16": 2,
-               "int8": 1, "uint8": 1, "float64": 8}
 # 8/16-bit integers live in 32-bit registers sign- (int8) or zero-extended (uint8, uint16)
 _NARROW_INTS = {"int8": 8, "uint8": 8, "uint16": 16}
 _INT_TYPES = ("int32", "uint32", *_NARROW_INTS)
@@ -167,44 +166,6 @@ _MFMA = {
 }
 _MFMA_NAMES = {dtype: opcode for opcode, dtype in _MFMA.values()}
 _LDS_DMA = {4: "buffer_load_dword_lds", 16: "buffer_load_dwordx4_lds"}
-
-
-@dataclass(frozen=True)
-class Value:
-    """A selected expression: where it lives and its TIR dtype."""
-
-    op: Operand
-    dtype: str
-
-    @property
-    def uniform(self) -> bool:
-        """Same in every lane: an immediate or an SGPR."""
-        return reg_class(self.op) != "v"
-
-
-@dataclass
-class _Buffer:
-    scope: str
-    dtype: str
-    shape: tuple[int | object, ...]  # global buffers may have symbolic dimensions
-    srd: VReg | None = None  # global, MUBUF-addressed (see global_memory.py)
-    base: Operand | None = None  # global: the 64-bit base address (an SGPR pair)
-    base_load: Instr | None = None  # global: the s_load_dwordx2 of the base
-    lds_offset: int = 0  # shared
-    regs: list[Operand] | None = None  # local: one register (or range element) per element
-
-    @property
-    def elem_bytes(self) -> int:
-        return _ELEM_BYTES[self.dtype]
-
-    @property
-    def numel(self) -> int:
-        """The element count of a buffer with a constant shape (LDS and local buffers)."""
-        n = 1
-        for d in self.shape:
-            assert isinstance(d, int), "symbolic shapes exist for global buffers only"
-            n *= d
-        return n
 
 
 _DIVISIONS = ("floordiv", "floormod", "truncdiv", "truncmod")
@@ -338,7 +299,7 @@ class _Selector(OpSelection, GlobalMemory):
         self.name = str(name)
         self.prog = Program(self.name)
         self.env: dict[object, Value] = {}
-        self.buffers: dict[object, _Buffer] = {}
+        self.buffers: dict[object, SelectedBuffer] = {}
         self.bits = KnownBits()
         self.labels = itertools.count()
         self.kernarg = VReg("s", 2, 2, fixed=0, name="kernarg")
@@ -497,7 +458,7 @@ class _Selector(OpSelection, GlobalMemory):
         for param, kernarg_offset in buffer_params:  # after the scalars their shapes may use
             self.buffers[param] = self.global_buffer(param, param.ty, kernarg_offset)
 
-    def global_buffer(self, var: object, ty: object, kernarg_offset: int) -> _Buffer:
+    def global_buffer(self, var: object, ty: object, kernarg_offset: int) -> SelectedBuffer:
         """A global buffer: its base address loaded from the pointer at ``kernarg_offset``
         (and, for the buffers :func:`buffers_needing_srd` names, a buffer resource descriptor
         around it).
@@ -505,7 +466,7 @@ class _Selector(OpSelection, GlobalMemory):
         ``num_records`` is the buffer's size in bytes: a constant, or computed on the SALU
         when the shape uses scalar kernel arguments (``T.Buffer((n,))``).
         """
-        buf = _Buffer("global", str(ty.dtype), tuple(_dim(d) for d in ty.shape))
+        buf = SelectedBuffer("global", str(ty.dtype), tuple(_dim(d) for d in ty.shape))
         self._check_dtype(buf.dtype, var.name)
         size: object = tirx.IntImm("int32", buf.elem_bytes)
         for dim in buf.shape:
@@ -676,7 +637,7 @@ class _Selector(OpSelection, GlobalMemory):
                 f"{ty.storage_scope} buffer '{var.name}' has the symbolic shape {list(ty.shape)}",
                 "Give LDS and local buffers a constant shape (a maximum tile size).",
             )
-        buf = _Buffer(str(ty.storage_scope), dtype, tuple(int(d) for d in ty.shape))
+        buf = SelectedBuffer(str(ty.storage_scope), dtype, tuple(int(d) for d in ty.shape))
         if buf.scope.startswith("shared"):
             buf.lds_offset = (self.prog.lds_bytes + 15) // 16 * 16
             self.prog.lds_bytes = buf.lds_offset + buf.numel * buf.elem_bytes
@@ -812,7 +773,7 @@ class _Selector(OpSelection, GlobalMemory):
             self.prog.body.append(Label(end_l))
         self.emit("s_or_b64", [Sym("exec")], [Sym("exec"), saved])
 
-    def cached_load(self, buf: _Buffer, expr: ir.expr.TensorLoad) -> Value:
+    def cached_load(self, buf: SelectedBuffer, expr: ir.expr.TensorLoad) -> Value:
         """A global/shared load, reused until the location may change. In unrolled code a
         4-byte element of a global buffer is loaded with the three next to it (one
         ``dwordx4`` of the aligned group ``flat - flat % 4``) when the rest of the index is
@@ -1045,7 +1006,9 @@ class _Selector(OpSelection, GlobalMemory):
                 self.emit("v_mov_b32", [Sub(data, i)], [v.op])
         self.memory_op(buf, body.buffer, base, data, width * buf.elem_bytes, store=True)
 
-    def vector_base(self, buf: _Buffer, indices: object, var: object, width: int) -> object | None:
+    def vector_base(
+        self, buf: SelectedBuffer, indices: object, var: object, width: int
+    ) -> object | None:
         """The flat index at lane 0 if lanes are contiguous and aligned, else None."""
         if buf.elem_bytes != 4:
             return None
@@ -1610,7 +1573,7 @@ class _Selector(OpSelection, GlobalMemory):
         return regs
 
     # -- memory --------------------------------------------------------------------------
-    def buffer(self, var: object) -> _Buffer:
+    def buffer(self, var: object) -> SelectedBuffer:
         if var not in self.buffers:
             raise self.error(
                 f"buffer '{var.name}' is not a kernel argument or allocation",
@@ -1618,7 +1581,7 @@ class _Selector(OpSelection, GlobalMemory):
             )
         return self.buffers[var]
 
-    def flat_index(self, buf: _Buffer, indices: object) -> object:
+    def flat_index(self, buf: SelectedBuffer, indices: object) -> object:
         indices = list(indices)
         if len(indices) != len(buf.shape):
             raise self.error(
@@ -1629,7 +1592,7 @@ class _Selector(OpSelection, GlobalMemory):
             flat = flat * (tirx.IntImm("int32", dim) if isinstance(dim, int) else dim) + idx
         return flat
 
-    def local_slot(self, buf: _Buffer, indices: object) -> Operand | None:
+    def local_slot(self, buf: SelectedBuffer, indices: object) -> Operand | None:
         if buf.scope != "local":
             return None
         flat = self.flat_index(buf, indices)
@@ -1646,7 +1609,7 @@ class _Selector(OpSelection, GlobalMemory):
         assert buf.regs is not None
         return buf.regs[const]
 
-    def load(self, buf: _Buffer, var: object, indices: object) -> Value:
+    def load(self, buf: SelectedBuffer, var: object, indices: object) -> Value:
         if buf.scope == "local":
             slot = self.local_slot(buf, indices)
             assert slot is not None
@@ -1655,7 +1618,7 @@ class _Selector(OpSelection, GlobalMemory):
         self.memory_op(buf, var, self.flat_index(buf, indices), out, buf.elem_bytes, store=False)
         return Value(out, buf.dtype)
 
-    def store(self, buf: _Buffer, var: object, indices: object, value: Value) -> None:
+    def store(self, buf: SelectedBuffer, var: object, indices: object, value: Value) -> None:
         if value.dtype != buf.dtype:
             raise self.error(
                 f"storing a {value.dtype} value into {buf.dtype} buffer '{var.name}'",
@@ -1692,7 +1655,7 @@ class _Selector(OpSelection, GlobalMemory):
         for i, half in enumerate(halves):
             self.emit("v_mov_b32", [Sub(dst, i)], [half])
 
-    def byte_offset(self, buf: _Buffer, flat: object) -> tuple[Value | None, int]:
+    def byte_offset(self, buf: SelectedBuffer, flat: object) -> tuple[Value | None, int]:
         """(per-access byte offset or None, constant byte offset) of element ``flat`` of an
         LDS buffer. The constant goes to the ``ds_*`` offset field, which is added unsigned:
         when the rest may be negative the constant stays in the register part."""
@@ -1719,7 +1682,7 @@ class _Selector(OpSelection, GlobalMemory):
         assert total is not None
         return self.expr(total)
 
-    def global_address(self, buf: _Buffer, flat: object, offset_field: bool
+    def global_address(self, buf: SelectedBuffer, flat: object, offset_field: bool
                        ) -> tuple[Operand, Operand, int]:
         """(vaddr, soffset, instruction offset) addressing element ``flat`` of ``buf``.
 
@@ -1784,7 +1747,7 @@ class _Selector(OpSelection, GlobalMemory):
         return total is None or self.bits.facts(total).non_negative
 
     def memory_op(
-        self, buf: _Buffer, var: object, flat: object, data: Operand, size: int, store: bool
+        self, buf: SelectedBuffer, var: object, flat: object, data: Operand, size: int, store: bool
     ) -> None:
         if buf.scope == "global" and buf.srd is None:
             self.global_op(buf, flat, data, size, store, var)
@@ -1795,7 +1758,7 @@ class _Selector(OpSelection, GlobalMemory):
             self.ds_op(buf, offset, const + buf.lds_offset, data, size, store)
 
     def buffer_op(
-        self, buf: _Buffer, flat: object, data: Operand, size: int, store: bool, var: object
+        self, buf: SelectedBuffer, flat: object, data: Operand, size: int, store: bool, var: object
     ) -> None:
         vaddr, soffset, const = self.global_address(buf, flat, offset_field=True)
         assert buf.srd is not None
@@ -1810,7 +1773,13 @@ class _Selector(OpSelection, GlobalMemory):
             self.emit(opcode, [data], [vaddr, buf.srd, soffset], mods, comment=var.name)
 
     def ds_op(
-        self, buf: _Buffer, offset: Value | None, const: int, data: Operand, size: int, store: bool
+        self,
+        buf: SelectedBuffer,
+        offset: Value | None,
+        const: int,
+        data: Operand,
+        size: int,
+        store: bool,
     ) -> None:
         if offset is None:
             addr: Operand = self.to_vgpr(Imm.of_int(0))
@@ -1828,7 +1797,7 @@ class _Selector(OpSelection, GlobalMemory):
                       mods)
 
 
-def _whole_groups(buf: _Buffer) -> bool:
+def _whole_groups(buf: SelectedBuffer) -> bool:
     """A constant element count that is a multiple of 4: an aligned group of four around an
     element inside the buffer lies inside it (no bounds check protects a global load)."""
     return all(isinstance(d, int) for d in buf.shape) and buf.numel % 4 == 0

@@ -26,14 +26,10 @@ ROCm code:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tvm import ir
 
 from tilewave.codegen.amdgcn.kir import Imm, Operand, Sub, Sym, VReg, reg_class
-
-if TYPE_CHECKING:
-    from tilewave.codegen.amdgcn.isel import Value
+from tilewave.codegen.amdgcn.selected import Value
 
 __all__ = ["OpSelection", "signed_magic", "unsigned_magic"]
 
@@ -129,7 +125,6 @@ class OpSelection:
         """``cond ? true : false`` per lane: both sides are already computed (the selector
         evaluates both; global loads out of bounds read 0), the condition becomes a lane
         mask and each 32-bit half one ``v_cndmask_b32``."""
-        from tilewave.codegen.amdgcn.isel import Value
 
         mask = self.lane_mask(cond)
         if dtype == "float64":
@@ -145,7 +140,6 @@ class OpSelection:
     # -- float functions ------------------------------------------------------------------
     def float_function(self, name: str, x: Value, dtype: str) -> Value:
         """``tirx.<name>(x)`` for the float functions the backend knows."""
-        from tilewave.codegen.amdgcn.isel import Value
 
         if dtype == "float16" and name != "fabs":
             wide = self.cast(x, "float32", None)
@@ -245,7 +239,6 @@ class OpSelection:
 
     def fdiv(self, num: Value, den: Value, dtype: str) -> Value:
         """IEEE ``num / den`` (float16: through float32, rounded once more at the end)."""
-        from tilewave.codegen.amdgcn.isel import Value
 
         if dtype == "float16":
             wide = [self.cast(v, "float32", None) for v in (num, den)]
@@ -273,7 +266,6 @@ class OpSelection:
     # -- integers ---------------------------------------------------------------------------
     def int_abs(self, x: Value) -> Value:
         """``|x|`` as ``max(x, 0 - x)``."""
-        from tilewave.codegen.amdgcn.isel import Value
 
         negated = self.apply("sub", [Value(Imm.of_int(0), x.dtype), x], x.dtype)
         return self.apply("max", [x, negated], x.dtype)
@@ -282,7 +274,6 @@ class OpSelection:
                            dtype: str) -> Value:
         """``floordiv``/``floormod``/``truncdiv``/``truncmod`` of ``x`` by a constant that is
         not a power of two (``divisor`` >= 3): a multiply-high and shifts, no division."""
-        from tilewave.codegen.amdgcn.isel import Value
 
         def op(kind_: str, a: Value, b: Value | int) -> Value:
             if isinstance(b, int):
@@ -318,7 +309,6 @@ class OpSelection:
 
     def mul_high(self, x: Value, multiplier: int, signed: bool, dtype: str) -> Value:
         """The high 32 bits of ``x * multiplier`` (SALU when ``x`` is uniform)."""
-        from tilewave.codegen.amdgcn.isel import Value
 
         suffix = "i32" if signed else "u32"
         m = Imm.of_int(multiplier)
