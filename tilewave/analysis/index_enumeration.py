@@ -35,7 +35,7 @@ from tvm import ir, tirx
 from tilewave.analysis.footprint import FootprintCache
 
 if TYPE_CHECKING:
-    from tilewave.analysis.shared_access import LoopRange, SharedAccess
+    from tilewave.analysis.access_model import LoopRange, SharedAccess
 
 __all__ = ["ANY", "FAR", "enumerate_no_overlap"]
 

@@ -23,7 +23,6 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import tvm_ffi
 from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
@@ -31,72 +30,13 @@ from tilewave.analysis.index_enumeration import ANY, FAR, enumerate_no_overlap
 from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
 
 if TYPE_CHECKING:
-    from tilewave.analysis.shared_access import LoopRange, SharedAccess
+    from tilewave.analysis.access_model import LoopRange, SharedAccess
 
-__all__ = ["ANY", "FAR", "analysable", "common_loops", "prove_no_overlap"]
+__all__ = ["ANY", "FAR", "common_loops", "prove_no_overlap"]
 
 #: the most the Z3 fallback may spend on one query; unproven means "may conflict"
 Z3_TIMEOUT_MS = 200
 
-_ARITH_TYPES = (
-    ir.expr.Var,
-    tirx.IntImm,
-    tirx.Add,
-    tirx.Sub,
-    tirx.Mul,
-    tirx.Div,
-    tirx.Mod,
-    tirx.FloorDiv,
-    tirx.FloorMod,
-    tirx.Min,
-    tirx.Max,
-    tirx.EQ,
-    tirx.NE,
-    tirx.LT,
-    tirx.LE,
-    tirx.GT,
-    tirx.GE,
-    tirx.And,
-    tirx.Or,
-    tirx.Not,
-    tirx.Select,
-    tirx.BitwiseAnd,
-    tirx.BitwiseOr,
-    tirx.BitwiseXor,
-    tirx.RShift,
-    tirx.LShift,
-)
-
-
-def analysable(expr: Any) -> bool:
-    """True when ``expr`` is integer/boolean arithmetic over variables and constants only
-    (no loads, calls or lets, whose values the analyzer would treat as fixed). Remembered
-    per expression structure (index expressions recur in many statements)."""
-    key = tvm_ffi.StructuralKey(expr)
-    found = _ANALYSABLE.get(key)
-    if found is None:
-        if len(_ANALYSABLE) >= _ANALYSABLE_LIMIT:
-            _ANALYSABLE.clear()
-        found = _ANALYSABLE[key] = _analysable(expr)
-    return found
-
-
-_ANALYSABLE: dict[Any, bool] = {}
-_ANALYSABLE_LIMIT = 16_384
-
-
-def _analysable(expr: Any) -> bool:
-    ok = True
-
-    def check(node: Any) -> None:
-        nonlocal ok
-        if isinstance(node, tirx.Cast):
-            ok = ok and str(node.ty).startswith(("int", "uint", "bool"))
-        elif not isinstance(node, _ARITH_TYPES):
-            ok = False
-
-    post_order_visit(expr, check)
-    return ok
 
 
 class _MaskToMod(TIRMutator):

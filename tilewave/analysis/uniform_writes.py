@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.analysis.access_model import AccessKind, SharedAccess
 from tilewave.analysis.shared_buffers import buffer_scope
 from tilewave.ir.walker import post_order_visit
-
-if TYPE_CHECKING:
-    from tilewave.analysis.shared_access import SharedAccess
 
 __all__ = ["stores_alike", "writes_same_everywhere"]
 
@@ -128,8 +126,6 @@ def _same_everywhere(access: SharedAccess, thread_vars: list[Any]) -> bool:
 def stores_alike(a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int]) -> bool:
     """True when ``a`` and ``b`` are both plain stores that every thread makes alike (see
     the module doc): no order is needed between them."""
-    from tilewave.analysis.shared_access import AccessKind
-
     return (
         a.kind is AccessKind.WRITE
         and b.kind is AccessKind.WRITE

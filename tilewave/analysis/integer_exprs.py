@@ -1,0 +1,78 @@
+"""Integer and boolean arithmetic the disjointness proofs can read.
+
+An index or condition built only from variables, integer constants and arithmetic,
+comparison and bitwise operators is *analysable*: the analyzer and the enumeration
+(:mod:`tilewave.analysis.region_proof`, :mod:`tilewave.analysis.index_enumeration`) can
+reason about its value. Loads, calls and ``Let`` are not: their values are unknown there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tvm_ffi
+from tvm import ir, tirx
+
+from tilewave.ir.walker import post_order_visit
+
+__all__ = ["analysable"]
+
+_ARITH_TYPES = (
+    ir.expr.Var,
+    tirx.IntImm,
+    tirx.Add,
+    tirx.Sub,
+    tirx.Mul,
+    tirx.Div,
+    tirx.Mod,
+    tirx.FloorDiv,
+    tirx.FloorMod,
+    tirx.Min,
+    tirx.Max,
+    tirx.EQ,
+    tirx.NE,
+    tirx.LT,
+    tirx.LE,
+    tirx.GT,
+    tirx.GE,
+    tirx.And,
+    tirx.Or,
+    tirx.Not,
+    tirx.Select,
+    tirx.BitwiseAnd,
+    tirx.BitwiseOr,
+    tirx.BitwiseXor,
+    tirx.RShift,
+    tirx.LShift,
+)
+
+
+def analysable(expr: Any) -> bool:
+    """True when ``expr`` is integer/boolean arithmetic over variables and constants only
+    (no loads, calls or lets, whose values the analyzer would treat as fixed). Remembered
+    per expression structure (index expressions recur in many statements)."""
+    key = tvm_ffi.StructuralKey(expr)
+    found = _ANALYSABLE.get(key)
+    if found is None:
+        if len(_ANALYSABLE) >= _ANALYSABLE_LIMIT:
+            _ANALYSABLE.clear()
+        found = _ANALYSABLE[key] = _analysable(expr)
+    return found
+
+
+_ANALYSABLE: dict[Any, bool] = {}
+_ANALYSABLE_LIMIT = 16_384
+
+
+def _analysable(expr: Any) -> bool:
+    ok = True
+
+    def check(node: Any) -> None:
+        nonlocal ok
+        if isinstance(node, tirx.Cast):
+            ok = ok and str(node.ty).startswith(("int", "uint", "bool"))
+        elif not isinstance(node, _ARITH_TYPES):
+            ok = False
+
+    post_order_visit(expr, check)
+    return ok
