@@ -32,8 +32,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import tvm
@@ -56,10 +56,7 @@ from tilewave.analysis.named_barrier_order import (
     thread_tags,
 )
 from tilewave.analysis.shared_access import (
-    ANY,
     ANY_MEMORY,
-    FAR,
-    AccessKind,
     AccessScope,
     LoopRange,
     SharedAccess,
@@ -89,6 +86,23 @@ from tilewave.ir.ops import call_op
 from tilewave.ir.walker import ffi_list, rebuild
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
+from tilewave.transforms.barrier_state import (
+    GROUP_DOMAINS,
+    MAX_NEWER_GROUPS,
+    OPEN_GROUP,
+    Barrier,
+    Instance,
+    Pending,
+    State,
+    amd_async_domain,
+    committed,
+    join,
+    merge,
+    remap,
+    retired,
+    state_around,
+    state_around_while,
+)
 from tilewave.transforms.named_barriers import (
     MAX_NAMED_BARRIERS,
     named_sync,
@@ -102,238 +116,7 @@ PASS_NAME = "InsertSharedBarriers"
 #: the barrier id of the whole workgroup (gfx12 ``s_barrier_signal -1``)
 WORKGROUP_BARRIER = -1
 _MAX_FIXPOINT_ROUNDS = 32
-
-
-#: a pending cp.async copy not yet committed to a group (``_Pending.group``)
-OPEN_GROUP = -1
-#: async units with commit/wait groups
-GROUP_DOMAINS = frozenset({"cp.async", "wgmma", "bulk"})
 _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
-#: committed groups counted after a copy's own; more are counted as this many (a smaller
-#: count only ever makes the pass wait for more, so the cap is sound)
-MAX_NEWER_GROUPS = 8
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """What is known about one pending access instance since the last barrier."""
-
-    landed: bool  # an async write whose copy is known complete (always True for others)
-    signalled: frozenset[int]  # split barriers signalled after it
-    #: for a cp.async copy not landed: OPEN_GROUP, or how many committed groups are newer
-    #: than the copy's group (``wait_group N`` retires it when that count is >= N)
-    group: int = 0
-    #: how the async access completes (``SharedAccess.async_domain``; None: sync or a
-    #: copy retired by a full ``wait_async_ops(0)``)
-    domain: str | None = None
-    #: the mbarrier a TMA load completes on
-    barrier: Any = None
-
-    @property
-    def grouped(self) -> bool:
-        """Retired through its unit's commit/wait groups."""
-        return self.domain in GROUP_DOMAINS
-
-
-@dataclass(frozen=True)
-class _Instance:
-    """An access in one iteration context relative to the statement being visited.
-
-    ``carried``: loops enclosing the access whose back edge was taken since it ran, with the
-    iteration distance (exact below :data:`FAR`, FAR for that many or more, :data:`ANY` for a new
-    instance); loops not
-    listed are still in the access's iteration. ``positions``: loops *not* enclosing the
-    access entered since it ran, with how many iterations of them have completed (the
-    statement being visited then runs in iteration ``min + position * step``; FAR: unknown).
-    Keeping instances of one access apart by distance lets a pipelined copy from two
-    iterations back be retired by a ``wait_group`` that a copy from the last iteration
-    does not satisfy.
-    """
-
-    access: SharedAccess
-    carried: tuple[tuple[Any, int], ...] = ()
-    positions: tuple[tuple[Any, int], ...] = ()
-    #: loops around the access that have exited since, with the access's distance from
-    #: their last iteration (its loop variable is then ``last - d * step``)
-    finished: tuple[tuple[Any, int], ...] = ()
-
-    def iterations(self) -> dict[Any, frozenset[int]]:
-        """Iteration distances from the access to the statement now being visited."""
-        out = {lp.loop: frozenset({0}) for lp in self.access.loops if lp.loop is not None}
-        out.update((k, frozenset({d})) for k, d in self.carried)
-        return out
-
-    def position_map(self) -> dict[Any, int]:
-        """Completed iterations of loops entered since the access (FAR: unknown)."""
-        return dict(self.positions)
-
-    def around(self, loop: Any) -> _Instance:
-        """The instance after the back edge of ``loop``: one iteration further; loops
-        inside it start a new instance (any distance)."""
-        if loop not in self.access.loop_set:
-            if not any(k == loop for k, _ in self.positions):
-                return self
-            positions = tuple((k, min(d + 1, FAR) if k == loop else d) for k, d in self.positions)
-            return _Instance(self.access, self.carried, positions, self.finished)
-        loops = [lp.loop for lp in self.access.loops]
-        at = loops.index(loop)
-        now = dict(self.carried)
-        now[loop] = min(now.get(loop, 0) + 1, FAR)
-        for inner in loops[at + 1 :]:
-            if inner is not None:
-                now[inner] = ANY
-        carried = _canonical(self.access, now)
-        return _Instance(self.access, carried, self.positions, self.finished)
-
-    def around_while(self, depth: int) -> _Instance:
-        """After the back edge of a ``While`` inside ``depth`` serial loops: loops inside
-        the ``While`` start a new instance; the enclosing loops stay in the same iteration."""
-        now = dict(self.carried)
-        for lp in self.access.loops[depth:]:
-            if lp.loop is not None:
-                now[lp.loop] = ANY
-        carried = _canonical(self.access, now)
-        return _Instance(self.access, carried, self.positions, self.finished)
-
-    def entering(self, loop: Any) -> _Instance:
-        """The instance seen from the first iteration of ``loop``, which it does not sit in."""
-        if loop in self.access.loop_set:
-            return self
-        kept = tuple((k, d) for k, d in self.positions if k != loop)
-        return _Instance(self.access, self.carried, (*kept, (loop, 0)), self.finished)
-
-    def leaving(self, loop: Any) -> _Instance:
-        """The instance after ``loop`` exits: its iteration count no longer matters; if the
-        access sits in ``loop``, its distance from the last iteration is kept."""
-        if loop not in self.access.loop_set:
-            if not any(k == loop for k, _ in self.positions):
-                return self
-            positions = tuple((k, d) for k, d in self.positions if k != loop)
-            return _Instance(self.access, self.carried, positions, self.finished)
-        positions = tuple((k, d) for k, d in self.positions if k != loop)
-        distance = dict(self.carried).get(loop, 0)
-        carried = tuple((k, d) for k, d in self.carried if k != loop)
-        finished = (*(f for f in self.finished if f[0] != loop), (loop, distance))
-        return _Instance(self.access, carried, positions, finished)
-
-
-def _canonical(access: SharedAccess, distances: dict[Any, int]) -> tuple[tuple[Any, int], ...]:
-    """``_Instance.carried`` in the access's loop order, distance-0 loops left out."""
-    order = [lp.loop for lp in access.loops if lp.loop is not None]
-    return tuple((k, distances[k]) for k in order if distances.get(k, 0) != 0)
-
-
-_State = dict[_Instance, _Pending]
-
-
-@dataclass(frozen=True)
-class _Barrier:
-    """Placeholder for a barrier the pass decided to insert before the next statement.
-
-    ``wait``: the ``wait_async_ops`` count to issue first (``None``: no wait); ``commit``:
-    close the open cp.async group before waiting; ``unit_waits``: ``(domain, N)`` waits of
-    other async units (wgmma, bulk TMA stores) to issue first."""
-
-    wait: int | None = None
-    commit: bool = False
-    unit_waits: tuple[tuple[str, int], ...] = ()
-    #: an mbarrier initialised before: ``fence.mbarrier_init`` first, so the
-    #: initialisation is visible to the other threads and the async proxy
-    fence_init: bool = False
-    #: ``(id, threads)``: a named barrier over a warp role instead of a block barrier
-    named: tuple[int, int] | None = None
-
-
-def _join(p: _Pending, q: _Pending | None) -> _Pending:
-    """One entry for two ways one access instance may be pending."""
-    if q is None:
-        return p
-    return _Pending(
-        p.landed and q.landed,
-        p.signalled & q.signalled,
-        min(p.group, q.group),
-        p.domain,
-        p.barrier,
-    )
-
-
-def _merge(a: _State, b: _State) -> _State:
-    out = dict(a)
-    for inst, p in b.items():
-        out[inst] = _join(p, out.get(inst))
-    return out
-
-
-def _remap(state: _State, move: Callable[[_Instance, _Pending], _Instance]) -> _State:
-    """``state`` with every instance moved by ``move`` (instances that meet are joined)."""
-    out: _State = {}
-    for inst, p in state.items():
-        moved = move(inst, p)
-        out[moved] = _join(p, out.get(moved))
-    return out
-
-
-def _around(state: _State, loop: Any) -> _State:
-    """``state`` at the end of an iteration of ``loop``, seen from the start of the next."""
-    if loop is None:
-        return state  # accesses in an unidentified loop are compared at any distance
-    moving = [i for i in state if loop in i.access.loop_set or i.positions]
-    if not moving:
-        return state
-    out = dict(state)
-    for inst in moving:
-        del out[inst]
-    for inst in moving:
-        new = inst.around(loop)
-        out[new] = _join(state[inst], out.get(new))
-    return out
-
-
-def _around_while(state: _State, depth: int) -> _State:
-    """``state`` at the end of an iteration of a ``While`` inside ``depth`` serial loops,
-    seen from the start of the next."""
-    return _remap(state, lambda inst, _: inst.around_while(depth))
-
-
-def _amd_async_domain(access: SharedAccess) -> str | None:
-    """How an async copy completes on AMD: an LDS DMA counts on the vector-memory counter
-    (``wait_async_ops(N)`` is ``vmcnt(N)`` / ``loadcnt N``), which the pass tracks like
-    cp.async groups of one copy each (:meth:`_Placer.visit_leaf` commits at issue).
-
-    ``vmcnt(N)`` waits until at most ``N`` of the wave's vector-memory operations are
-    outstanding, loads complete in issue order, and the other loads and stores issued after
-    a copy only add to that count; so counting the copies issued after it alone, ``N`` is
-    never too large."""
-    return "cp.async" if access.kind is AccessKind.ASYNC_WRITE else None
-
-
-def _committed(p: _Pending, domain: str = "cp.async") -> _Pending:
-    """``p`` after this thread's ``commit_group`` of ``domain``."""
-    if p.landed or p.domain != domain:
-        return p
-    return replace(p, group=0 if p.group == OPEN_GROUP else min(p.group + 1, MAX_NEWER_GROUPS))
-
-
-def _retired(
-    p: _Pending, action: SyncAction, implied: Mapping[Any, set[Any]] | None = None
-) -> bool:
-    """Whether the wait ``action`` completes the pending async access for its thread;
-    ``implied``: :func:`tilewave.analysis.hopper_ops.mbarrier_implications`."""
-    if p.landed:
-        return True
-    if p.grouped:
-        return (
-            action.groups
-            and action.domain == p.domain
-            and p.group != OPEN_GROUP
-            and action.retires_group(p.group)
-        )
-    if p.domain == "mbarrier":
-        return action.kind is SyncKind.MBAR_WAIT and (
-            action.barrier.same_as(p.barrier)
-            or p.barrier in (implied or {}).get(action.barrier, ())
-        )
-    return action.completes_async and action.domain == "cp.async"
 
 
 class _Placer:
@@ -365,9 +148,9 @@ class _Placer:
         self._user_ids = named_barrier_ids(func)
         self._arrive_ids = arrive_barrier_ids(func)
         #: results of serial loops already visited with the same entry state
-        self._loop_memo: dict[Any, tuple[list[Any], _State]] = {}
+        self._loop_memo: dict[Any, tuple[list[Any], State]] = {}
         #: ``may_conflict`` verdicts of (pending instance, new access) pairs
-        self._verdicts: dict[tuple[_Instance, SharedAccess], bool] = {}
+        self._verdicts: dict[tuple[Instance, SharedAccess], bool] = {}
         #: ``sync_action`` of leaf statements and the sync counts of statement trees, by
         #: node (fixed-point rounds and rewritten bodies meet the same nodes again)
         self._actions: dict[Any, SyncAction | None] = {}
@@ -447,7 +230,7 @@ class _Placer:
             return self.accesses(stmt, scope)
         return self.all_accesses(stmt.body, scope)
 
-    def conflicts(self, access: SharedAccess, state: Iterable[_Instance]) -> list[_Instance]:
+    def conflicts(self, access: SharedAccess, state: Iterable[Instance]) -> list[Instance]:
         """The pending instances ``access`` may race with."""
         writes = access.kind.writes
         memory = access.memory_key
@@ -459,7 +242,7 @@ class _Placer:
             and self._conflict(inst, access)
         ]
 
-    def _conflict(self, inst: _Instance, access: SharedAccess) -> bool:
+    def _conflict(self, inst: Instance, access: SharedAccess) -> bool:
         """``may_conflict`` of a pending instance and a new access, remembered: fixed-point
         rounds and look-aheads ask the same pairs again."""
         key = (inst, access)
@@ -506,8 +289,8 @@ class _Placer:
 
     # -- barrier decisions ---------------------------------------------------------------
     def barrier_before(
-        self, new: Iterable[SharedAccess], state: _State, strict: bool = True
-    ) -> tuple[_Barrier | None, _State]:
+        self, new: Iterable[SharedAccess], state: State, strict: bool = True
+    ) -> tuple[Barrier | None, State]:
         """The barrier ``new`` accesses need after ``state``, and the state after it.
 
         A pending async copy must land before the barrier: the barrier gets a commit when
@@ -537,7 +320,7 @@ class _Placer:
                         break
         fence_init = any(i.access.mbarrier_access == "init" for i in blocking)
         if not unlanded:
-            return _Barrier(fence_init=fence_init), {i: p for i, p in state.items() if not p.landed}
+            return Barrier(fence_init=fence_init), {i: p for i, p in state.items() if not p.landed}
         unfixable = {i for i in unlanded if state[i].domain == "mbarrier"}
         if unfixable and strict:
             inst = next(iter(unfixable))
@@ -558,25 +341,25 @@ class _Placer:
             unit_waits.append((domain, max(min(own), 0)))
             action = SyncAction(SyncKind.ASYNC_WAIT, unit_waits[-1][1], groups=True, domain=domain)
             state = {
-                i: _committed(p, domain) if p.group == OPEN_GROUP else p for i, p in state.items()
+                i: committed(p, domain) if p.group == OPEN_GROUP else p for i, p in state.items()
             }
-            state = {i: replace(p, landed=_retired(p, action)) for i, p in state.items()}
+            state = {i: replace(p, landed=retired(p, action)) for i, p in state.items()}
         copies = [i for i in unlanded if not state[i].landed]
         if not copies:
             kept = {i: p for i, p in state.items() if not p.landed}
-            return _Barrier(unit_waits=tuple(unit_waits), fence_init=fence_init), kept
+            return Barrier(unit_waits=tuple(unit_waits), fence_init=fence_init), kept
         commit = any(state[i].grouped and state[i].group == OPEN_GROUP for i in copies)
         if commit:
-            state = {i: _committed(p) for i, p in state.items()}
+            state = {i: committed(p) for i, p in state.items()}
         plain = any(not state[i].grouped for i in copies)
         wait = 0 if plain else min(state[i].group for i in copies)
         action = SyncAction(SyncKind.ASYNC_WAIT, wait, groups=True)
-        kept = {i: p for i, p in state.items() if not _retired(p, action)}
-        return _Barrier(wait, commit, tuple(unit_waits), fence_init), kept
+        kept = {i: p for i, p in state.items() if not retired(p, action)}
+        return Barrier(wait, commit, tuple(unit_waits), fence_init), kept
 
     def sync(
-        self, stmt: Any, state: _State, divergent: bool, scope: AccessScope | None = None
-    ) -> _State | None:
+        self, stmt: Any, state: State, divergent: bool, scope: AccessScope | None = None
+    ) -> State | None:
         """Apply an existing synchronisation statement to ``state`` (None: not one). In a
         warp role, a counted barrier over exactly the role's threads is a full barrier."""
         action = self.sync_action(stmt)
@@ -603,9 +386,9 @@ class _Placer:
                 "of the thread-dependent `if`/loop."
             )
         if action.kind is SyncKind.ASYNC_COMMIT or action.commits:
-            state = {i: _committed(p, action.domain) for i, p in state.items()}
+            state = {i: committed(p, action.domain) for i, p in state.items()}
         if action.kind in (SyncKind.ASYNC_WAIT, SyncKind.ASYNC_WAIT_BARRIER):
-            state = {i: replace(p, landed=_retired(p, action)) for i, p in state.items()}
+            state = {i: replace(p, landed=retired(p, action)) for i, p in state.items()}
         if action.kind is SyncKind.MBAR_ARRIVE:
             # what this thread completed before arriving is ordered before the threads
             # that observe the phase (the mbarrier's elements are paired by the program)
@@ -619,7 +402,7 @@ class _Placer:
             return {
                 i: p
                 for i, p in state.items()
-                if not (_retired(p, action, self.implied) and p.domain == "mbarrier")
+                if not (retired(p, action, self.implied) and p.domain == "mbarrier")
                 and key not in p.signalled
             }
         if action.is_full_barrier:
@@ -635,8 +418,8 @@ class _Placer:
 
     # -- statements ----------------------------------------------------------------------
     def visit(
-        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
-    ) -> tuple[list[Any], _State]:
+        self, stmt: Any, state: State, scope: AccessScope, divergent: bool
+    ) -> tuple[list[Any], State]:
         """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
         if isinstance(stmt, tirx.SeqStmt):
             items: list[Any] = []
@@ -690,11 +473,11 @@ class _Placer:
     def visit_leaf(
         self,
         stmt: Any,
-        state: _State,
+        state: State,
         scope: AccessScope,
         divergent: bool,
         owner: Any = None,
-    ) -> tuple[list[Any], _State]:
+    ) -> tuple[list[Any], State]:
         action = self.sync_action(stmt)
         if action is not None and action.kind not in _MBARRIER_SYNC:
             return [stmt], self.sync(stmt, state, divergent, scope)
@@ -709,21 +492,21 @@ class _Placer:
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
             is_async = acc.is_async
-            domain = acc.async_domain if self.target.is_cuda else _amd_async_domain(acc)
+            domain = acc.async_domain if self.target.is_cuda else amd_async_domain(acc)
             grouped = is_async and domain in GROUP_DOMAINS
-            new = _Pending(
+            new = Pending(
                 not is_async,
                 frozenset(),
                 OPEN_GROUP if grouped else 0,
                 domain if is_async else None,
                 acc.completes_on,
             )
-            inst = _Instance(acc)
-            state[inst] = _join(new, state.get(inst))
-        if not self.target.is_cuda and any(_amd_async_domain(a) for a in accesses):
+            inst = Instance(acc)
+            state[inst] = join(new, state.get(inst))
+        if not self.target.is_cuda and any(amd_async_domain(a) for a in accesses):
             # an AMD LDS DMA is one vector-memory load per wave, counted from its issue: it
             # is its own group, one newer for every copy issued before it
-            state = {i: _committed(p) for i, p in state.items()}
+            state = {i: committed(p) for i, p in state.items()}
         if action is not None:  # an mbarrier arrive or wait, after its object was checked
             state = self.sync(stmt, state, divergent)
         return ([barrier] if barrier else []) + [stmt], state
@@ -762,7 +545,7 @@ class _Placer:
             )
         return self._roles[scope]
 
-    def in_role(self, barrier: _Barrier, stmt: Any, scope: AccessScope) -> _Barrier:
+    def in_role(self, barrier: Barrier, stmt: Any, scope: AccessScope) -> Barrier:
         """``barrier`` as a named barrier over the warp role running ``stmt`` (a block
         barrier would deadlock there); raises when the threads are not whole warps."""
         role = self.role(scope)
@@ -787,8 +570,8 @@ class _Placer:
         )
 
     def enter_divergent(
-        self, stmt: Any, state: _State, scope: AccessScope
-    ) -> tuple[list[Any], _State]:
+        self, stmt: Any, state: State, scope: AccessScope
+    ) -> tuple[list[Any], State]:
         """Barrier before a divergent region for conflicts with accesses before it.
 
         Accesses that arrived on an mbarrier the region waits on are left to the region:
@@ -805,8 +588,8 @@ class _Placer:
         return [], state
 
     def visit_if(
-        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
-    ) -> tuple[list[Any], _State]:
+        self, stmt: Any, state: State, scope: AccessScope, divergent: bool
+    ) -> tuple[list[Any], State]:
         cond_stmt = tirx.Evaluate(stmt.condition)
         inner = divergent or self.is_divergent(stmt.condition, scope)
         prefix: list[Any] = []
@@ -822,7 +605,7 @@ class _Placer:
             prefix, state = self.enter_divergent(stmt, state, scope)
             prefix = [self.in_role(b, stmt, scope) for b in prefix]
         cond_items, state = self.visit_leaf(cond_stmt, state, scope, divergent, owner=stmt)
-        prefix += [i for i in cond_items if isinstance(i, _Barrier)]
+        prefix += [i for i in cond_items if isinstance(i, Barrier)]
         new_stmt, out = self._visit_branches(stmt, state, scope, inner)
         if not inner:
             # a uniform `if`: one barrier before it can replace barriers in its branches
@@ -837,8 +620,8 @@ class _Placer:
         return [*prefix, new_stmt], out
 
     def _visit_branches(
-        self, stmt: Any, state: _State, scope: AccessScope, inner: bool
-    ) -> tuple[Any, _State]:
+        self, stmt: Any, state: State, scope: AccessScope, inner: bool
+    ) -> tuple[Any, State]:
         """The ``if`` with its branches synchronised after ``state``, and the joined state."""
         then_scope = scope.assuming(stmt.condition)
         then_items, then_state = self.visit(stmt.then_case, state, then_scope, inner)
@@ -849,8 +632,8 @@ class _Placer:
             else_items, else_state = self.visit(stmt.else_case, state, else_scope, inner)
             changes["else_case"] = self.sequence(else_items, stmt.else_case)
         if all(changes[k].same_as(getattr(stmt, k)) for k in changes):
-            return stmt, _merge(then_state, else_state)
-        return rebuild(stmt, changes), _merge(then_state, else_state)
+            return stmt, merge(then_state, else_state)
+        return rebuild(stmt, changes), merge(then_state, else_state)
 
     def branch_conflicts(self, stmt: Any, scope: AccessScope) -> list[tuple[Any, Any]]:
         """Pairs of accesses of the two branches of ``stmt`` that may race in one execution."""
@@ -869,8 +652,8 @@ class _Placer:
         ]
 
     def visit_warp_split(
-        self, stmt: Any, state: _State, scope: AccessScope
-    ) -> tuple[list[Any], _State] | None:
+        self, stmt: Any, state: State, scope: AccessScope
+    ) -> tuple[list[Any], State] | None:
         """A divergent ``if`` whose branches race, ordered with named barriers (CUDA,
         warp-aligned ``tx < P``); ``None`` when its branches do not race."""
         then_case = strip_named_barriers(stmt.then_case)
@@ -912,7 +695,7 @@ class _Placer:
         cond_items, others = self.visit_leaf(
             tirx.Evaluate(stmt.condition), others, scope, False, owner=stmt
         )
-        prefix += [i for i in cond_items if isinstance(i, _Barrier)]
+        prefix += [i for i in cond_items if isinstance(i, Barrier)]
         then_items, then_state = self.visit(stripped.then_case, others, then_scope, True)
         else_items, else_state = self.visit(stripped.else_case, others, else_scope, True)
         producer, consumer = (then_items, else_items) if then_writes else (else_items, then_items)
@@ -933,7 +716,7 @@ class _Placer:
         )
         if tvm_ffi.structural_equal(new_stmt, stmt):
             new_stmt = stmt
-        return [*prefix, new_stmt], _merge(then_state, else_state)
+        return [*prefix, new_stmt], merge(then_state, else_state)
 
     def named_ids(self, stmt: Any, in_loop: bool) -> tuple[int, int | None]:
         """The ``(raw, war)`` named-barrier ids of a warp-split ``if`` (``war`` None when
@@ -977,8 +760,8 @@ class _Placer:
             raise self.divergent_error(stmt)
 
     def visit_for(
-        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
-    ) -> tuple[list[Any], _State]:
+        self, stmt: Any, state: State, scope: AccessScope, divergent: bool
+    ) -> tuple[list[Any], State]:
         if stmt.kind == tirx.ForKind.THREAD_BINDING:
             items, state = self.visit(stmt.body, state, scope, divergent)
             return [self.rebuilt(stmt, "body", items)], state
@@ -1003,12 +786,12 @@ class _Placer:
     def _visit_serial_for(
         self,
         stmt: Any,
-        state: _State,
+        state: State,
         scope: AccessScope,
         divergent: bool,
         inner_scope: AccessScope,
         inner: bool,
-    ) -> tuple[list[Any], _State]:
+    ) -> tuple[list[Any], State]:
         prefix: list[Any] = []
         if inner and not divergent:
             prefix, state = self.enter_divergent(stmt, state, scope)
@@ -1016,11 +799,11 @@ class _Placer:
         repeats = ext is None or ext > 1  # one iteration carries nothing to the next
         loop = inner_scope.loops[-1].loop
 
-        def enter(entry: _State) -> _State:
+        def enter(entry: State) -> State:
             # which iteration of this loop a pending access is compared with
             if loop is None:
                 return entry
-            return _remap(entry, lambda i, _: i.entering(loop))
+            return remap(entry, lambda i, _: i.entering(loop))
 
         body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
         trial = self.hoisting_trial(stmt, state, scope, inner, count > (0, 0))
@@ -1034,14 +817,14 @@ class _Placer:
                 prefix.append(barrier)
                 body, head, out, _ = hoisted
         new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
-        after = out if ext is not None and ext >= 1 else _merge(head, out)
+        after = out if ext is not None and ext >= 1 else merge(head, out)
         if loop is not None:
-            after = _remap(after, lambda i, _: i.leaving(loop))
+            after = remap(after, lambda i, _: i.leaving(loop))
         return [*prefix, new_stmt], after
 
     def hoisting_trial(
-        self, loop: Any, state: _State, scope: AccessScope, divergent: bool, body_synced: bool
-    ) -> tuple[_Barrier, _State] | None:
+        self, loop: Any, state: State, scope: AccessScope, divergent: bool, body_synced: bool
+    ) -> tuple[Barrier, State] | None:
         """The barrier worth trying before ``loop`` instead of inside it, with the state
         after it; None when there is none to try: the loop is thread-divergent, its
         body needed no synchronisation (``body_synced`` False: the pass only inserts, so a
@@ -1054,16 +837,16 @@ class _Placer:
     def fixpoint(
         self,
         body: Any,
-        entry: _State,
+        entry: State,
         scope: AccessScope,
         divergent: bool,
         repeats: bool = True,
-    ) -> tuple[Any, _State, _State, tuple[int, int]]:
+    ) -> tuple[Any, State, State, tuple[int, int]]:
         """Transform a loop body with the state at the loop head joined to a fixed point.
 
         Returns the new body, the head state, the state at the end of the body and the
         cost of the synchronisation placed in the body (:meth:`sync_cost`). An access
-        carried over the back edge is one iteration older (``_Instance.around``): that is
+        carried over the back edge is one iteration older (``Instance.around``): that is
         what lets a multibuffered access of iteration k-1 (slot ``(k-1) % N``) pass a
         write of iteration k (slot ``k % N``) without a barrier. It is sound because an
         access still pending after FAR further iterations becomes "FAR or more
@@ -1076,7 +859,7 @@ class _Placer:
         rounds = _MAX_FIXPOINT_ROUNDS if repeats else 1
         for _ in range(rounds):
             items, out = self.visit(body, head, scope, divergent)
-            joined = _merge(head, _around(out, loop)) if repeats else head
+            joined = merge(head, state_around(out, loop)) if repeats else head
             if joined == head:
                 new_body = self.sequence(items, body)
                 return new_body, head, out, self.sync_cost(new_body, body)
@@ -1084,8 +867,8 @@ class _Placer:
         raise TilewaveError(f"{PASS_NAME}: loop analysis did not converge in {self.func_name}")
 
     def visit_while(
-        self, stmt: Any, state: _State, scope: AccessScope, divergent: bool
-    ) -> tuple[list[Any], _State]:
+        self, stmt: Any, state: State, scope: AccessScope, divergent: bool
+    ) -> tuple[list[Any], State]:
         """A ``While`` runs zero or more times: its condition at the head, accesses carried
         over the back edge at any distance; barriers as for a ``For`` (hoisted when that
         saves barriers inside)."""
@@ -1114,8 +897,8 @@ class _Placer:
             self._divergent_loops -= loop_divergent
 
     def _visit_while(
-        self, stmt: Any, state: _State, scope: AccessScope, inner: bool, prefix: list[Any]
-    ) -> tuple[list[Any], _State]:
+        self, stmt: Any, state: State, scope: AccessScope, inner: bool, prefix: list[Any]
+    ) -> tuple[list[Any], State]:
         body, out, count = self.while_fixpoint(stmt, state, scope, inner)
         trial = self.hoisting_trial(stmt, state, scope, inner, count > 0)
         if trial is not None:
@@ -1128,8 +911,8 @@ class _Placer:
         return [*prefix, new_stmt], out
 
     def while_fixpoint(
-        self, stmt: Any, entry: _State, scope: AccessScope, divergent: bool
-    ) -> tuple[Any, _State, int]:
+        self, stmt: Any, entry: State, scope: AccessScope, divergent: bool
+    ) -> tuple[Any, State, int]:
         """The fixed point of a ``While`` whose entry state needs no barrier before the
         condition. Returns the new body, the state after the condition at the head (the
         exit state: zero or more iterations) and the number of barriers placed in the body.
@@ -1140,12 +923,13 @@ class _Placer:
         for _ in range(_MAX_FIXPOINT_ROUNDS):
             _, after_cond = self.visit_leaf(cond, head, scope, divergent, owner=stmt)
             items, out = self.visit(stmt.body, after_cond, scope.inside_while(), divergent)
-            tail, back = self.barrier_before(cond_accesses, _around_while(out, len(scope.loops)))
+            back_edge = state_around_while(out, len(scope.loops))
+            tail, back = self.barrier_before(cond_accesses, back_edge)
             if tail is not None:
                 if divergent:
                     raise self.divergent_error(stmt)
                 items.append(tail)
-            joined = _merge(head, back)
+            joined = merge(head, back)
             if joined == head:
                 new_body = self.sequence(items, stmt.body)
                 return new_body, after_cond, self.sync_cost(new_body, stmt.body)[0]
@@ -1163,12 +947,12 @@ class _Placer:
         comes back unchanged when the items are exactly its statements."""
         old = ffi_list(original.seq) if isinstance(original, tirx.SeqStmt) else [original]
         if len(old) == len(items) and all(
-            not isinstance(i, _Barrier) and i.same_as(o) for i, o in zip(items, old, strict=True)
+            not isinstance(i, Barrier) and i.same_as(o) for i, o in zip(items, old, strict=True)
         ):
             return original
         out: list[Any] = []
         for item in items:
-            if not isinstance(item, _Barrier):
+            if not isinstance(item, Barrier):
                 out.extend(ffi_list(item.seq) if isinstance(item, tirx.SeqStmt) else [item])
                 continue
             for domain, count in item.unit_waits:

@@ -1,0 +1,277 @@
+"""What InsertSharedBarriers knows between two statements: the pending access instances.
+
+Since the last barrier, each shared access that may still race is *pending*, as an
+:class:`Instance` (the access plus how many iterations of each loop separate it from the
+statement being visited) with a :class:`Pending` record (has its async copy landed, which
+split barriers were signalled after it, which commit group it is in). A :data:`State` maps
+instances to records; the pass joins states where control flow meets (:func:`merge`) and
+moves them over loop back edges (:func:`state_around`). A :class:`Barrier` is the
+placeholder for a barrier the pass decided to insert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tilewave.analysis.shared_access import (
+    ANY,
+    FAR,
+    AccessKind,
+    SharedAccess,
+    SyncAction,
+    SyncKind,
+)
+
+__all__ = [
+    "GROUP_DOMAINS",
+    "MAX_NEWER_GROUPS",
+    "OPEN_GROUP",
+    "Barrier",
+    "Instance",
+    "Pending",
+    "State",
+    "amd_async_domain",
+    "canonical_carried",
+    "committed",
+    "join",
+    "merge",
+    "remap",
+    "retired",
+    "state_around",
+    "state_around_while",
+]
+
+
+#: a pending cp.async copy not yet committed to a group (``Pending.group``)
+OPEN_GROUP = -1
+#: async units with commit/wait groups
+GROUP_DOMAINS = frozenset({"cp.async", "wgmma", "bulk"})
+#: committed groups counted after a copy's own; more are counted as this many (a smaller
+#: count only ever makes the pass wait for more, so the cap is sound)
+MAX_NEWER_GROUPS = 8
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What is known about one pending access instance since the last barrier."""
+
+    landed: bool  # an async write whose copy is known complete (always True for others)
+    signalled: frozenset[int]  # split barriers signalled after it
+    #: for a cp.async copy not landed: OPEN_GROUP, or how many committed groups are newer
+    #: than the copy's group (``wait_group N`` retires it when that count is >= N)
+    group: int = 0
+    #: how the async access completes (``SharedAccess.async_domain``; None: sync or a
+    #: copy retired by a full ``wait_async_ops(0)``)
+    domain: str | None = None
+    #: the mbarrier a TMA load completes on
+    barrier: Any = None
+
+    @property
+    def grouped(self) -> bool:
+        """Retired through its unit's commit/wait groups."""
+        return self.domain in GROUP_DOMAINS
+
+
+@dataclass(frozen=True)
+class Instance:
+    """An access in one iteration context relative to the statement being visited.
+
+    ``carried``: loops enclosing the access whose back edge was taken since it ran, with the
+    iteration distance (exact below :data:`FAR`, FAR for that many or more, :data:`ANY` for a new
+    instance); loops not
+    listed are still in the access's iteration. ``positions``: loops *not* enclosing the
+    access entered since it ran, with how many iterations of them have completed (the
+    statement being visited then runs in iteration ``min + position * step``; FAR: unknown).
+    Keeping instances of one access apart by distance lets a pipelined copy from two
+    iterations back be retired by a ``wait_group`` that a copy from the last iteration
+    does not satisfy.
+    """
+
+    access: SharedAccess
+    carried: tuple[tuple[Any, int], ...] = ()
+    positions: tuple[tuple[Any, int], ...] = ()
+    #: loops around the access that have exited since, with the access's distance from
+    #: their last iteration (its loop variable is then ``last - d * step``)
+    finished: tuple[tuple[Any, int], ...] = ()
+
+    def iterations(self) -> dict[Any, frozenset[int]]:
+        """Iteration distances from the access to the statement now being visited."""
+        out = {lp.loop: frozenset({0}) for lp in self.access.loops if lp.loop is not None}
+        out.update((k, frozenset({d})) for k, d in self.carried)
+        return out
+
+    def position_map(self) -> dict[Any, int]:
+        """Completed iterations of loops entered since the access (FAR: unknown)."""
+        return dict(self.positions)
+
+    def around(self, loop: Any) -> Instance:
+        """The instance after the back edge of ``loop``: one iteration further; loops
+        inside it start a new instance (any distance)."""
+        if loop not in self.access.loop_set:
+            if not any(k == loop for k, _ in self.positions):
+                return self
+            positions = tuple((k, min(d + 1, FAR) if k == loop else d) for k, d in self.positions)
+            return Instance(self.access, self.carried, positions, self.finished)
+        loops = [lp.loop for lp in self.access.loops]
+        at = loops.index(loop)
+        now = dict(self.carried)
+        now[loop] = min(now.get(loop, 0) + 1, FAR)
+        for inner in loops[at + 1 :]:
+            if inner is not None:
+                now[inner] = ANY
+        carried = canonical_carried(self.access, now)
+        return Instance(self.access, carried, self.positions, self.finished)
+
+    def around_while(self, depth: int) -> Instance:
+        """After the back edge of a ``While`` inside ``depth`` serial loops: loops inside
+        the ``While`` start a new instance; the enclosing loops stay in the same iteration."""
+        now = dict(self.carried)
+        for lp in self.access.loops[depth:]:
+            if lp.loop is not None:
+                now[lp.loop] = ANY
+        carried = canonical_carried(self.access, now)
+        return Instance(self.access, carried, self.positions, self.finished)
+
+    def entering(self, loop: Any) -> Instance:
+        """The instance seen from the first iteration of ``loop``, which it does not sit in."""
+        if loop in self.access.loop_set:
+            return self
+        kept = tuple((k, d) for k, d in self.positions if k != loop)
+        return Instance(self.access, self.carried, (*kept, (loop, 0)), self.finished)
+
+    def leaving(self, loop: Any) -> Instance:
+        """The instance after ``loop`` exits: its iteration count no longer matters; if the
+        access sits in ``loop``, its distance from the last iteration is kept."""
+        if loop not in self.access.loop_set:
+            if not any(k == loop for k, _ in self.positions):
+                return self
+            positions = tuple((k, d) for k, d in self.positions if k != loop)
+            return Instance(self.access, self.carried, positions, self.finished)
+        positions = tuple((k, d) for k, d in self.positions if k != loop)
+        distance = dict(self.carried).get(loop, 0)
+        carried = tuple((k, d) for k, d in self.carried if k != loop)
+        finished = (*(f for f in self.finished if f[0] != loop), (loop, distance))
+        return Instance(self.access, carried, positions, finished)
+
+
+def canonical_carried(
+    access: SharedAccess, distances: dict[Any, int]
+) -> tuple[tuple[Any, int], ...]:
+    """``Instance.carried`` in the access's loop order, distance-0 loops left out."""
+    order = [lp.loop for lp in access.loops if lp.loop is not None]
+    return tuple((k, distances[k]) for k in order if distances.get(k, 0) != 0)
+
+
+State = dict[Instance, Pending]
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """Placeholder for a barrier the pass decided to insert before the next statement.
+
+    ``wait``: the ``wait_async_ops`` count to issue first (``None``: no wait); ``commit``:
+    close the open cp.async group before waiting; ``unit_waits``: ``(domain, N)`` waits of
+    other async units (wgmma, bulk TMA stores) to issue first."""
+
+    wait: int | None = None
+    commit: bool = False
+    unit_waits: tuple[tuple[str, int], ...] = ()
+    #: an mbarrier initialised before: ``fence.mbarrier_init`` first, so the
+    #: initialisation is visible to the other threads and the async proxy
+    fence_init: bool = False
+    #: ``(id, threads)``: a named barrier over a warp role instead of a block barrier
+    named: tuple[int, int] | None = None
+
+
+def join(p: Pending, q: Pending | None) -> Pending:
+    """One entry for two ways one access instance may be pending."""
+    if q is None:
+        return p
+    return Pending(
+        p.landed and q.landed,
+        p.signalled & q.signalled,
+        min(p.group, q.group),
+        p.domain,
+        p.barrier,
+    )
+
+
+def merge(a: State, b: State) -> State:
+    out = dict(a)
+    for inst, p in b.items():
+        out[inst] = join(p, out.get(inst))
+    return out
+
+
+def remap(state: State, move: Callable[[Instance, Pending], Instance]) -> State:
+    """``state`` with every instance moved by ``move`` (instances that meet are joined)."""
+    out: State = {}
+    for inst, p in state.items():
+        moved = move(inst, p)
+        out[moved] = join(p, out.get(moved))
+    return out
+
+
+def state_around(state: State, loop: Any) -> State:
+    """``state`` at the end of an iteration of ``loop``, seen from the start of the next."""
+    if loop is None:
+        return state  # accesses in an unidentified loop are compared at any distance
+    moving = [i for i in state if loop in i.access.loop_set or i.positions]
+    if not moving:
+        return state
+    out = dict(state)
+    for inst in moving:
+        del out[inst]
+    for inst in moving:
+        new = inst.around(loop)
+        out[new] = join(state[inst], out.get(new))
+    return out
+
+
+def state_around_while(state: State, depth: int) -> State:
+    """``state`` at the end of an iteration of a ``While`` inside ``depth`` serial loops,
+    seen from the start of the next."""
+    return remap(state, lambda inst, _: inst.around_while(depth))
+
+
+def amd_async_domain(access: SharedAccess) -> str | None:
+    """How an async copy completes on AMD: an LDS DMA counts on the vector-memory counter
+    (``wait_async_ops(N)`` is ``vmcnt(N)`` / ``loadcnt N``), which the pass tracks like
+    cp.async groups of one copy each (:meth:`_Placer.visit_leaf` commits at issue).
+
+    ``vmcnt(N)`` waits until at most ``N`` of the wave's vector-memory operations are
+    outstanding, loads complete in issue order, and the other loads and stores issued after
+    a copy only add to that count; so counting the copies issued after it alone, ``N`` is
+    never too large."""
+    return "cp.async" if access.kind is AccessKind.ASYNC_WRITE else None
+
+
+def committed(p: Pending, domain: str = "cp.async") -> Pending:
+    """``p`` after this thread's ``commit_group`` of ``domain``."""
+    if p.landed or p.domain != domain:
+        return p
+    return replace(p, group=0 if p.group == OPEN_GROUP else min(p.group + 1, MAX_NEWER_GROUPS))
+
+
+def retired(
+    p: Pending, action: SyncAction, implied: Mapping[Any, set[Any]] | None = None
+) -> bool:
+    """Whether the wait ``action`` completes the pending async access for its thread;
+    ``implied``: :func:`tilewave.analysis.hopper_ops.mbarrier_implications`."""
+    if p.landed:
+        return True
+    if p.grouped:
+        return (
+            action.groups
+            and action.domain == p.domain
+            and p.group != OPEN_GROUP
+            and action.retires_group(p.group)
+        )
+    if p.domain == "mbarrier":
+        return action.kind is SyncKind.MBAR_WAIT and (
+            action.barrier.same_as(p.barrier)
+            or p.barrier in (implied or {}).get(action.barrier, ())
+        )
+    return action.completes_async and action.domain == "cp.async"
