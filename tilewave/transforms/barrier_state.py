@@ -33,7 +33,6 @@ __all__ = [
     "Pending",
     "State",
     "amd_async_domain",
-    "canonical_carried",
     "committed",
     "join",
     "merge",
@@ -121,7 +120,7 @@ class Instance:
         for inner in loops[at + 1 :]:
             if inner is not None:
                 now[inner] = ANY
-        carried = canonical_carried(self.access, now)
+        carried = _canonical_carried(self.access, now)
         return Instance(self.access, carried, self.positions, self.finished)
 
     def around_while(self, depth: int) -> Instance:
@@ -131,7 +130,7 @@ class Instance:
         for lp in self.access.loops[depth:]:
             if lp.loop is not None:
                 now[lp.loop] = ANY
-        carried = canonical_carried(self.access, now)
+        carried = _canonical_carried(self.access, now)
         return Instance(self.access, carried, self.positions, self.finished)
 
     def entering(self, loop: Any) -> Instance:
@@ -156,7 +155,7 @@ class Instance:
         return Instance(self.access, carried, positions, finished)
 
 
-def canonical_carried(
+def _canonical_carried(
     access: SharedAccess, distances: dict[Any, int]
 ) -> tuple[tuple[Any, int], ...]:
     """``Instance.carried`` in the access's loop order, distance-0 loops left out."""
