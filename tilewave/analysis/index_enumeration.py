@@ -27,12 +27,15 @@ import math
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tvm import ir, tirx
 
 from tilewave.analysis.footprint import FootprintCache
+from tilewave.analysis.index_program import Unsupported, compile_program
+from tilewave.native.points import PointsCore, core, pack_programs
 
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
@@ -314,6 +317,10 @@ class _Side:
         self._valid: dict[Any, np.ndarray | None] = {}
         self._periods: dict[Any, int | None] = {}
         self._points: dict[Any, _Points] = {}
+        #: axis position of each variable (threads, then loops), by handle
+        axis_vars = [*(v for v, _ in self.threads), *(lp.var for lp in self.loops)]
+        self._slots = {hash(v): i for i, v in enumerate(axis_vars)}
+        self._native: _NativeSide | bool | None = False  # False: not compiled yet
 
     def _thread_axis(self, var: Any, extent: int) -> np.ndarray:
         """The values of thread variable ``var`` to enumerate. All that `_overlap` reads of
@@ -392,12 +399,12 @@ class _Side:
             sample,
         )
         if memo not in self._points:
-            self._points[memo] = _Points.of(*self._enumerate(fixed, ties, sample))
+            self._points[memo] = self._enumerate(fixed, ties, sample)
         return self._points[memo]
 
     def _enumerate(
         self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]], sample: bool
-    ) -> tuple[np.ndarray, np.ndarray]:
+    ) -> _Points:
         axes: list[tuple[Any, np.ndarray]] = [
             (v, values) for (v, _), values in zip(self.threads, self.thread_values, strict=True)
         ]
@@ -412,6 +419,25 @@ class _Side:
             size = int(np.prod([len(x) for _, x in axes], dtype=np.int64))
         if size > MAX_POINTS:
             raise _NotEnumerable("too many points")
+        native = self.native()
+        if native is not None:
+            found = native.points([x for _, x in axes], ties)
+            if found is not None:
+                return found
+        return _Points.of(*self._numpy_points(axes, ties))
+
+    def native(self) -> _NativeSide | None:
+        """This side's programs for the compiled core (None: no core, or an expression
+        it does not take)."""
+        if self._native is False:
+            self._native = _NativeSide.of(self)
+        return self._native  # type: ignore[return-value]
+
+    def _numpy_points(
+        self, axes: list[tuple[Any, np.ndarray]], ties: list[tuple[Any, int, int]]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The reference evaluation: every point's key and thread, where the conditions
+        hold (NumPy over the grid of ``axes``)."""
         grids = np.meshgrid(*[x for _, x in axes], indexing="ij", sparse=True) if axes else []
         env = {var: grid for (var, _), grid in zip(axes, grids, strict=True)}
         shape = tuple(len(x) for _, x in axes)
@@ -430,6 +456,48 @@ class _Side:
         for cond in self.conditions:
             keep &= _holds(cond, env, shape)
         return key[keep].ravel(), thread[keep].ravel()
+
+
+class _NativeSide:
+    """One side's address and condition programs for the compiled core."""
+
+    def __init__(self, points_core: PointsCore, side: _Side) -> None:
+        programs = [
+            compile_program(expr, side._slots, points_core.opcodes)
+            for expr in (side.flat, *side.conditions)
+        ]
+        extents = [ext for _, ext in side.threads]
+        self.core = points_core
+        self.program = pack_programs(programs, extents)
+        self.counts = (len(programs), len(extents))
+        self.slots = side._slots
+
+    @classmethod
+    def of(cls, side: _Side) -> _NativeSide | None:
+        """The compiled form of ``side``; None without a core or for an expression the
+        core does not take."""
+        points_core = core()
+        if points_core is None:
+            return None
+        try:
+            return cls(points_core, side)
+        except Unsupported:
+            return None
+
+    def points(self, axes: list[np.ndarray], ties: list[tuple[Any, int, int]]) -> _Points | None:
+        """The grouped points over ``axes`` (one array per thread and loop, in slot
+        order); None where the NumPy path must decide (a zero divisor, a shift out of
+        range: it raises or computes what it computes)."""
+        tied = []
+        for var, offset, count in ties:
+            slot = self.slots.get(hash(var))
+            if slot is None:
+                return None
+            tied.append((slot, offset, count))
+        found = self.core.points(self.program, self.counts, axes, tied)
+        if isinstance(found, int):
+            return None
+        return _Points.packed(found)
 
 
 _Context = tuple[dict[Any, np.ndarray], dict[Any, np.ndarray]]
@@ -563,6 +631,8 @@ class _Points:
     keys: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    #: the three as one array, where they were made as one
+    joined: np.ndarray | None = None
 
     @classmethod
     def of(cls, keys: np.ndarray, threads: np.ndarray) -> _Points:
@@ -573,10 +643,25 @@ class _Points:
         ends = np.r_[starts[1:], len(k)] - 1 if k.size else starts
         return cls(k[starts], t[starts], t[ends])
 
+    @classmethod
+    def packed(cls, words: np.ndarray) -> _Points:
+        """From one array of keys, lowest threads, highest threads (the compiled core's)."""
+        n = len(words) // 3
+        return cls(words[:n], words[n : 2 * n], words[2 * n :], words)
+
     @property
     def size(self) -> int:
         """Number of distinct keys."""
         return int(self.keys.size)
+
+    @cached_property
+    def words(self) -> tuple[np.ndarray, int]:
+        """Keys, lowest and highest threads as one array, and its address (for the
+        compiled core)."""
+        words = self.joined
+        if words is None:
+            words = np.concatenate((self.keys, self.lo, self.hi))
+        return words, words.ctypes.data
 
 
 def _overlap(a: _Points, b: _Points, same_thread_ordered: bool) -> bool:
@@ -586,6 +671,9 @@ def _overlap(a: _Points, b: _Points, same_thread_ordered: bool) -> bool:
         return False
     if a.keys[-1] < b.keys[0] or b.keys[-1] < a.keys[0]:
         return False
+    points_core = core()
+    if points_core is not None:
+        return points_core.overlap(*a.words, *b.words, same_thread_ordered)
     at = np.minimum(np.searchsorted(b.keys, a.keys), b.size - 1)
     shared = b.keys[at] == a.keys  # both sorted and distinct
     if not shared.any():
