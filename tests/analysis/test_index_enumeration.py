@@ -10,40 +10,23 @@ import operator
 from typing import Any
 
 import hypothesis.strategies as st
+from enumeration_space import (
+    BUFFER,
+    EXTENTS,
+    K_LOOP,
+    K_RANGE,
+    TRIPS,
+    TX,
+    TX_EXTENT,
+    TY,
+    TY_EXTENT,
+    K,
+)
 from hypothesis import example, given, settings
 from tvm import ir, tirx
-from tvm.script import tirx as T
 
 from tilewave.analysis.index_enumeration import ANY, enumerate_no_overlap
-from tilewave.analysis.shared_access import AccessKind, AccessScope, LoopRange, SharedAccess
-
-TRIPS = 3
-TX_EXTENT, TY_EXTENT = 8, 2
-
-
-@T.prim_func
-def template(A: T.Buffer((64,), "int32")):
-    S = T.alloc_buffer((4096,), "int32", scope="shared")
-    for ty in T.thread_binding(TY_EXTENT, thread="threadIdx.y"):
-        for tx in T.thread_binding(TX_EXTENT, thread="threadIdx.x"):
-            for k in range(TRIPS):
-                S[tx + k] = A[tx + ty]
-
-
-def _parts() -> tuple[Any, Any, Any, Any]:
-    node = template.body
-    while not (isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING):
-        node = node.seq[-1] if isinstance(node, tirx.SeqStmt) else node.body
-    ty_loop = node
-    tx_loop = ty_loop.body
-    serial = tx_loop.body
-    return serial.body.buffer, ty_loop.loop_var, tx_loop.loop_var, serial
-
-
-BUFFER, TY, TX, K_LOOP = _parts()
-K = K_LOOP.loop_var
-K_RANGE = LoopRange.of(K_LOOP, AccessScope(), [TX, TY])
-EXTENTS = {TX: TX_EXTENT, TY: TY_EXTENT}
+from tilewave.analysis.shared_access import AccessKind, AccessScope, SharedAccess
 
 _OPS = {
     tirx.Add: operator.add,

@@ -487,7 +487,10 @@ class _NativeSide:
     def points(self, axes: list[np.ndarray], ties: list[tuple[Any, int, int]]) -> _Points | None:
         """The grouped points over ``axes`` (one array per thread and loop, in slot
         order); None where the NumPy path must decide (a zero divisor, a shift out of
-        range: it raises or computes what it computes)."""
+        range: it raises or computes what it computes; an empty axis: it checks divisors
+        over the other axes' values all the same)."""
+        if any(len(values) == 0 for values in axes):
+            return None
         tied = []
         for var, offset, count in ties:
             slot = self.slots.get(hash(var))
