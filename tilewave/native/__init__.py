@@ -29,7 +29,7 @@ from pathlib import Path
 __all__ = ["NativeBuildError", "build", "enabled", "load"]
 
 _SOURCES = Path(__file__).resolve().parent
-_FLAGS = ("-O2", "-std=c99", "-shared", "-fPIC")
+_FLAGS = ("-O3", "-std=c99", "-shared", "-fPIC")
 
 
 class NativeBuildError(RuntimeError):

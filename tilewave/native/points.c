@@ -9,7 +9,6 @@
  * path, so both paths always give the same answer.
  */
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define OPS(X) X(const) X(var) X(add) X(sub) X(mul) X(floordiv) X(floormod) X(truncdiv) \
@@ -31,6 +30,11 @@ enum {
 #define AXES_MAX 32
 #define BLOCK 256 /* points evaluated together: one pass of each operation over a block */
 #define RADIX_BITS 11
+/* words of block workspace tw_points takes from the end of its scratch */
+#define WORKSPACE ((AXES_MAX + STACK_DEPTH + 2) * BLOCK)
+
+/* Words of scratch tw_points needs beyond 4 per grid point. */
+int64_t tw_workspace(void) { return WORKSPACE; }
 
 /* Opcode names in opcode order, separated by spaces (the Python side numbers by this). */
 const char *tw_opcode_names(void) { return OPS(AS_NAME); }
@@ -301,8 +305,8 @@ static int64_t group(point_t *points, int64_t n, int64_t *spare, int64_t table,
  * input: n_axes axis lengths, n_axes start offsets (into the values), n_ties tied axes,
  * n_ties offsets, n_ties counts, then the axes' values (the last axis varies fastest).
  * A tie adds (axis value - offset) * span to the key, span from 2^24 times (count + 2)
- * per tie. scratch: at least 4 words per grid point (more lets keys in a range of up to
- * a third of the excess be grouped without sorting). capacity: at least the number of
+ * per tie. scratch: at least 4 words per grid point and tw_workspace() more (beyond that,
+ * keys in a range of up to a third of the excess are grouped without sorting). capacity: at least the number of
  * grid points. Returns the number of distinct keys, or a negative error. */
 int64_t tw_points(const int64_t *program, int64_t n_programs, int64_t n_threads,
                   const int64_t *input, int64_t n_axes, int64_t n_ties, int64_t *scratch,
@@ -323,18 +327,16 @@ int64_t tw_points(const int64_t *program, int64_t n_programs, int64_t n_threads,
     int64_t size = 1;
     for (int64_t i = 0; i < n_axes; i++) size *= axis_len[i];
     if (size == 0) return 0;
-    if (scratch_len < 4 * size || capacity < size) return TW_NO_MEMORY;
+    if (scratch_len < 4 * size + WORKSPACE || capacity < size) return TW_NO_MEMORY;
+    /* the block workspace sits at the end of the scratch, the points at its start */
+    int64_t (*vals)[BLOCK] = (int64_t (*)[BLOCK])(scratch + scratch_len - WORKSPACE);
+    int64_t (*stack)[BLOCK] = vals + AXES_MAX;
+    int64_t *key = stack[STACK_DEPTH];
+    int64_t *keep = key + BLOCK;
+    scratch_len -= WORKSPACE;
     point_t *points = (point_t *)scratch;
-    int64_t (*vals)[BLOCK] = malloc(sizeof(int64_t[AXES_MAX][BLOCK]));
-    int64_t (*stack)[BLOCK] = malloc(sizeof(int64_t[STACK_DEPTH][BLOCK]));
-    int64_t *key = malloc(sizeof(int64_t[BLOCK]));
-    unsigned char *keep = malloc(BLOCK);
     int status = TW_OK;
     int64_t kept = 0;
-    if (!vals || !stack || !key || !keep) {
-        status = TW_NO_MEMORY;
-        goto done;
-    }
     /* the longest axis runs innermost, in blocks; the others by odometer (the grouped
      * result does not depend on the order points are made in) */
     int64_t inner = 0;
@@ -360,7 +362,7 @@ int64_t tw_points(const int64_t *program, int64_t n_programs, int64_t n_threads,
                 if (status != TW_OK) goto done;
                 if (i == 0) {
                     memcpy(key, stack[0], (size_t)n * sizeof(int64_t));
-                    memset(keep, 1, (size_t)n);
+                    for (int j = 0; j < n; j++) keep[j] = 1;
                 } else {
                     for (int j = 0; j < n; j++) keep[j] &= stack[0][j] != 0;
                 }
@@ -391,10 +393,6 @@ int64_t tw_points(const int64_t *program, int64_t n_programs, int64_t n_threads,
     kept = group(points, kept, scratch + 2 * size, (scratch_len - 4 * size) / 3, out_keys,
                  out_lo, out_hi);
 done:
-    free(vals);
-    free(stack);
-    free(key);
-    free(keep);
     return status != TW_OK ? status : kept;
 }
 

@@ -104,9 +104,9 @@ def _buffers(size: int, input_words: int) -> _Buffers:
     """Buffers for a grid of ``size`` points: this thread's reused ones (grown where
     needed), or fresh ones for grids too large to keep buffers for. The scratch leaves
     room for ``tw_points`` to group keys in a table."""
-    scratch_words = 10 * size + 12288
+    scratch_words = 10 * size + 12288 + _workspace()
     if scratch_words > _REUSED_WORDS:
-        return _Buffers(size, input_words, 4 * size)
+        return _Buffers(size, input_words, 4 * size + _workspace())
     held: _Buffers | None = getattr(_reused, "buffers", None)
     if held is None or not held.fits(size, input_words, scratch_words):
         grown = (size, input_words, scratch_words)
@@ -119,6 +119,12 @@ def _buffers(size: int, input_words: int) -> _Buffers:
         held = _Buffers(*grown)
         _reused.buffers = held
     return held
+
+
+@cache
+def _workspace() -> int:
+    points_core = core()
+    return 0 if points_core is None else int(points_core.library.tw_workspace())
 
 
 def pack_programs(programs: list[list[int]], thread_extents: list[int]) -> np.ndarray:
@@ -140,6 +146,8 @@ def core() -> PointsCore | None:
     library.tw_opcode_names.argtypes = []
     library.tw_points.restype = _N
     library.tw_points.argtypes = [_P, _N, _N, _P, _N, _N, _P, _N, _P, _N]
+    library.tw_workspace.restype = _N
+    library.tw_workspace.argtypes = []
     library.tw_overlap.restype = _N
     library.tw_overlap.argtypes = [_P, _N, _P, _N, _N]
     names = library.tw_opcode_names().decode().split()
