@@ -428,20 +428,35 @@ def statement_accesses(
         UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.
     """
     scope = loops if isinstance(loops, AccessScope) else AccessScope(tuple(loops))
+    if isinstance(stmt, tirx.Stmt) and not is_leaf_statement(stmt):
+        raise MalformedKernelError(
+            f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
+            "walk compound statements and pass their leaves"
+        )
+    if not descriptors and not _names_shared_memory(stmt, scope):
+        return []
     collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
     if isinstance(stmt, tirx.BufferStore):
         collector.visit(stmt.value)
         collector.visit(stmt.indices)
         if is_shared_buffer(stmt.buffer):
             collector.add(stmt.buffer, AccessKind.WRITE, stmt.indices)
-    elif isinstance(stmt, (tirx.Stmt,)) and not is_leaf_statement(stmt):
-        raise MalformedKernelError(
-            f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
-            "walk compound statements and pass their leaves"
-        )
     else:
         collector.visit(stmt)
     return collector.accesses
+
+
+def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
+    """Whether ``node`` names a shared buffer or a variable bound in ``scope`` (a pointer
+    to shared memory may hide behind one). Every access the collector reports reaches a
+    shared buffer one of these ways (wgmma descriptors aside: the caller checks those), so
+    a node naming neither has none; one C++ walk answers, where collecting costs a Python
+    call at every call and load."""
+    bound = {hash(var) for var, _ in scope.bindings}
+    for var in tirx.analysis.undefined_vars(node, []):
+        if hash(var) in bound or is_shared_buffer(var):
+            return True
+    return False
 
 
 def touches_shared_or_sync(stmt: Any) -> bool:
