@@ -136,6 +136,11 @@ class AccessScope:
         return self.binding_keys
 
     @functools.cached_property
+    def bound_handles(self) -> frozenset[int]:
+        """Node handles (``hash``) of the variables bound in this scope."""
+        return frozenset(var for var, _ in self._binding_keys())
+
+    @functools.cached_property
     def _hash(self) -> int:
         return hash(self._identity)
 

@@ -433,13 +433,14 @@ def statement_accesses(
             f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
             "walk compound statements and pass their leaves"
         )
-    if not descriptors and not _names_shared_memory(stmt, scope):
+    stores_shared = isinstance(stmt, tirx.BufferStore) and is_shared_buffer(stmt.buffer)
+    if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
     collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
     if isinstance(stmt, tirx.BufferStore):
         collector.visit(stmt.value)
         collector.visit(stmt.indices)
-        if is_shared_buffer(stmt.buffer):
+        if stores_shared:
             collector.add(stmt.buffer, AccessKind.WRITE, stmt.indices)
     else:
         collector.visit(stmt)
@@ -452,7 +453,7 @@ def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
     shared buffer one of these ways (wgmma descriptors aside: the caller checks those), so
     a node naming neither has none; one C++ walk answers, where collecting costs a Python
     call at every call and load."""
-    bound = {hash(var) for var, _ in scope.bindings}
+    bound = scope.bound_handles
     for var in tirx.analysis.undefined_vars(node, []):
         if hash(var) in bound or is_shared_buffer(var):
             return True
