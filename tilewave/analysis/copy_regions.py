@@ -31,6 +31,7 @@ import tvm
 from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
+from tilewave.ir.walker import ffi_list
 
 __all__ = ["COPY_OPERANDS", "LDS_DMA_LANES", "MATRIX_ROW_OPS", "copy_region"]
 
@@ -109,7 +110,7 @@ def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
             return call.args[2], tirx.IntImm("int32", span)
         return None
     if name.startswith(MATRIX_ROW_OPS):
-        for arg in call.args:
+        for arg in ffi_list(call.args):
             if isinstance(arg, ir.expr.Call) and callee_name(arg) in _ADDRESS_OPS:
                 return arg, tirx.IntImm("int32", _MATRIX_ROW_BYTES)
     return None

@@ -25,7 +25,7 @@ from tvm import ir, tirx
 
 from tilewave.analysis.shared_buffers import is_shared_buffer
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = [
     "DescriptorSource",
@@ -206,7 +206,7 @@ def descriptor_sources(body: Any) -> dict[Any, list[DescriptorSource]]:
             and callee_name(node) == "tirx.cuda.wgmma_encode_matrix_descriptor"
         ):
             return
-        args = list(node.args)
+        args = ffi_list(node.args)
         target = _descriptor_buffer(args[0]) if args else None
         source = _addressed(args[1]) if len(args) > 1 else None
         if target is None or source is None:
@@ -238,7 +238,7 @@ def wgmma_descriptor_operands(
     shape = next(
         (
             a.value
-            for a in call.args
+            for a in ffi_list(call.args)
             if isinstance(a, ir.expr.StringImm)
             and a.value.startswith("m")
             and "n" in a.value
@@ -251,7 +251,7 @@ def wgmma_descriptor_operands(
     m = int(shape[1 : shape.index("n")])
     n = int(shape[shape.index("n") + 1 : shape.index("k")])
     descriptors = []
-    for arg in call.args:
+    for arg in ffi_list(call.args):
         buffer = _descriptor_buffer(arg) if type(arg).__name__ == "TensorLoad" else None
         if buffer is None:
             continue

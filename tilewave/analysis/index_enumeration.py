@@ -35,6 +35,7 @@ from tvm import ir, tirx
 
 from tilewave.analysis.footprint import FootprintCache
 from tilewave.analysis.index_program import Unsupported, compile_program
+from tilewave.ir.walker import ffi_list
 from tilewave.native.points import PointsCore, core, pack_programs
 
 if TYPE_CHECKING:
@@ -278,7 +279,7 @@ def _operands(expr: Any) -> list[Any] | None:
     if isinstance(expr, tirx.Select):
         return [expr.condition, expr.true_value, expr.false_value]
     if isinstance(expr, ir.expr.Call):
-        return list(expr.args)
+        return ffi_list(expr.args)
     return None
 
 

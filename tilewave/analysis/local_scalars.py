@@ -52,7 +52,7 @@ def single_assignment_scalars(func: Any) -> dict[Any, Any]:
             counts[key] = counts.get(key, 0) + 1
         elif isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
             # a buffer whose address is taken may be written through the pointer
-            for arg in node.args:
+            for arg in ffi_list(node.args):
                 if type(arg).__name__ == "TensorLoad" or (
                     isinstance(arg, ir.expr.Call)
                     and getattr(arg.op, "name", "") in ("tirx.address_of", "tirx.buffer_data")

@@ -165,7 +165,7 @@ def _id_uses(func: Any) -> dict[int, int]:
         if not isinstance(node, ir.expr.Call):
             return
         name = callee_name(node)
-        args = list(node.args)
+        args = ffi_list(node.args)
         if name.startswith(_ID_OP_PREFIXES) and not name.startswith(_NOT_ID_OPS):
             key = int(args[0].value) if args and isinstance(args[0], tirx.IntImm) else _ANY_ID
             uses[key] = uses.get(key, 0) + 1

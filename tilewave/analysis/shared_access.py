@@ -65,7 +65,7 @@ from tilewave.analysis.storage_identity import (
 from tilewave.analysis.uniform_writes import stores_alike
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
-from tilewave.ir.walker import TIRVisitor, post_order_visit, substitute
+from tilewave.ir.walker import TIRVisitor, ffi_list, post_order_visit, substitute
 
 __all__ = [
     "ANY",
@@ -454,7 +454,7 @@ def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
     a node naming neither has none; one C++ walk answers, where collecting costs a Python
     call at every call and load."""
     bound = scope.bound_handles
-    for var in tirx.analysis.undefined_vars(node, []):
+    for var in ffi_list(tirx.analysis.undefined_vars(node, [])):
         if hash(var) in bound or is_shared_buffer(var):
             return True
     return False

@@ -330,7 +330,8 @@ class UniformityAnalysis:
             effect = op.get_attr("TCallEffectKind") if isinstance(op, ir.Op) else None
             if effect is None or int(effect) not in _PURE_EFFECTS:
                 return Uniformity.THREAD  # a side effect or a hidden input (shuffles...)
-            return max((self._level(a, query) for a in expr.args), default=Uniformity.BLOCK)
+            levels = (self._level(a, query) for a in ffi_list(expr.args))
+            return max(levels, default=Uniformity.BLOCK)
         if isinstance(expr, tirx.Let):
             self._definitions[_key(expr.var)] = (expr.var, expr.value)
             return self._level(expr.body, query)
@@ -540,7 +541,7 @@ def _reached_by_call(call: ir.expr.Call) -> list[Any]:
         return found  # an address alone writes nothing: the call it is passed to decides
     if effect is not None and int(effect) in _PURE_EFFECTS:
         return found
-    for arg in call.args:
+    for arg in ffi_list(call.args):
         if is_buffer(arg):
             found.append(arg)
         elif isinstance(arg, ir.expr.Call) and isinstance(arg.op, ir.Op):

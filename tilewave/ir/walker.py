@@ -436,7 +436,12 @@ def post_order_visit(
     def on_node(value: Any, visitor: Any) -> Any:
         if _default_visit(visitor, value) is not None or failures:
             return tvm_ffi.VisitInterrupt()
-        return guarded(lambda: callback(value))
+        try:  # (guarded, inlined: this runs at every node)
+            callback(value)
+        except BaseException as failure:
+            failures.append(failure)
+            return tvm_ffi.VisitInterrupt()
+        return None
 
     def on_call(value: Any, visitor: Any) -> Any:
         if guarded(lambda: callback(value.op)) is not None:
