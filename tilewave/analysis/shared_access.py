@@ -224,12 +224,24 @@ _ADDRESS_OPS = frozenset({"tirx.buffer_data", "tirx.address_of", "tirx.tvm_acces
 
 def is_leaf_statement(stmt: Any) -> bool:
     """True for statements with no nested statements (stores, evaluates, bindings...)."""
-    if isinstance(stmt, _LEAF_TYPES):
-        return True
-    return not any(
-        isinstance(getattr(stmt, name, None), tirx.Stmt)
-        for name in ("body", "then_case", "else_case", "seq")
-    ) and not isinstance(stmt, tirx.SeqStmt)
+    kind = type(stmt)
+    found = _LEAF_BY_TYPE.get(kind)
+    if found is None:
+        found = isinstance(stmt, _LEAF_TYPES) or (
+            not any(
+                isinstance(getattr(stmt, name, None), tirx.Stmt)
+                for name in ("body", "then_case", "else_case", "seq")
+            )
+            and not isinstance(stmt, tirx.SeqStmt)
+        )
+        if isinstance(stmt, tirx.Stmt):
+            # a statement class's nested fields are statements in every instance (an
+            # ``if``'s then_case always is): one answer per class
+            _LEAF_BY_TYPE[kind] = found
+    return found
+
+
+_LEAF_BY_TYPE: dict[type, bool] = {}
 
 
 class _AccessCollector(TIRVisitor):

@@ -207,24 +207,32 @@ class _Placer:
             )
         return self._access_cache[key]
 
+    def condition_accesses(self, owner: Any, scope: AccessScope) -> list[SharedAccess]:
+        """Accesses of the condition of ``owner`` (an ``if`` or ``while``), cached."""
+        found = self._access_cache.get((owner, True, scope))
+        if found is None:
+            found = self.accesses(tirx.Evaluate(owner.condition), scope, owner=owner)
+        return found
+
     def all_accesses(self, stmt: Any, scope: AccessScope) -> list[SharedAccess]:
         """Every access under ``stmt`` (conditions included)."""
-        if isinstance(stmt, tirx.SeqStmt):
+        kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
+        if kind is tirx.SeqStmt:
             out = []
             for child in ffi_list(stmt.seq):
                 out += self.all_accesses(child, scope)
                 scope = self.after(child, scope)
             return out
-        if isinstance(stmt, tirx.IfThenElse):
-            out = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
+        if kind is tirx.IfThenElse:
+            out = self.condition_accesses(stmt, scope)
             out = out + self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
             if stmt.else_case is not None:
                 out = out + self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
             return out
-        if isinstance(stmt, tirx.For):
+        if kind is tirx.For:
             return self.all_accesses(stmt.body, self._scope_inside(stmt, scope))
-        if isinstance(stmt, tirx.While):
-            out = self.accesses(tirx.Evaluate(stmt.condition), scope, owner=stmt)
+        if kind is tirx.While:
+            out = self.condition_accesses(stmt, scope)
             return out + self.all_accesses(stmt.body, scope)
         if is_leaf_statement(stmt):
             return self.accesses(stmt, scope)
@@ -421,7 +429,8 @@ class _Placer:
         self, stmt: Any, state: State, scope: AccessScope, divergent: bool
     ) -> tuple[list[Any], State]:
         """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
-        if isinstance(stmt, tirx.SeqStmt):
+        kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
+        if kind is tirx.SeqStmt:
             items: list[Any] = []
             children = ffi_list(stmt.seq)
             for at, child in enumerate(children):
@@ -434,11 +443,11 @@ class _Placer:
                 items.extend(new)
                 scope = later
             return items, state
-        if isinstance(stmt, tirx.IfThenElse):
+        if kind is tirx.IfThenElse:
             return self.visit_if(stmt, state, scope, divergent)
-        if isinstance(stmt, tirx.For):
+        if kind is tirx.For:
             return self.visit_for(stmt, state, scope, divergent)
-        if isinstance(stmt, tirx.While):
+        if kind is tirx.While:
             return self.visit_while(stmt, state, scope, divergent)
         if is_leaf_statement(stmt):
             return self.visit_leaf(stmt, state, scope, divergent)
