@@ -358,3 +358,60 @@ def test_rewrite_calls_reaches_calls_in_every_node_kind_and_raises_unchanged():
     with pytest.raises(KeyError) as caught:
         rewrite_calls(body, lambda call: {}["missing"])
     assert caught.value.args == ("missing",)
+
+
+def _walked(node, types) -> list:
+    seen: list = []
+    post_order_visit(node, seen.append, types)
+    return seen
+
+
+INDEXABLE_TYPE_SETS = [
+    (tirx.BufferStore, ir.expr.Call),
+    (ir.expr.Call,),
+    (tirx.Evaluate,),
+    (tirx.For, tirx.AttrStmt),
+    (tirx.Bind,),
+    (tirx.AllocBuffer, tirx.DeclBuffer),
+    (tirx.SeqStmt,),
+    (tirx.IfThenElse, tirx.While),
+]
+
+
+@pytest.mark.parametrize("kernel", ["fixture", "sm80_gemm", "sm80_flash_attention", "sm90_ws_gemm"])
+def test_repeated_walks_of_a_statement_see_what_the_cpp_walk_sees(kernel):
+    from tilewave.ir import walker
+
+    if kernel == "fixture":
+        body = every_node_kind.body
+    else:
+        from example_loader import load_example
+
+        body = getattr(load_example(f"{kernel}.py"), "stripped", None)
+        body = (body() if body is not None else load_example(f"{kernel}.py").hand()).body
+    walker._WALKED_ONCE.clear()
+    walker._INDEXES.clear()
+    for round_ in range(3):  # the first walks in C++, the second builds the index
+        for types in INDEXABLE_TYPE_SETS:
+            expected: list = []
+            walker._walk(body, expected.append, types)
+            got = _walked(body, types)
+            assert [n.same_as(e) for n, e in zip(got, expected, strict=True)] == [True] * len(
+                expected
+            ), f"round {round_}, types {types}"
+    assert hash(body) in walker._INDEXES, "the repeated walks were answered from the index"
+    # a class outside the index is walked in C++ every time
+    variables = _walked(body, (ir.expr.Var,))
+    assert variables and len(variables) == len(_walked(body, (ir.expr.Var,)))
+
+
+def test_an_exception_in_an_indexed_walk_reaches_the_caller_unchanged():
+    body = every_node_kind.body
+    _walked(body, (tirx.BufferStore,))
+    _walked(body, (tirx.BufferStore,))
+
+    def fail(_node):
+        raise KeyError("from the callback")
+
+    with pytest.raises(KeyError, match="from the callback"):
+        post_order_visit(body, fail, (tirx.BufferStore,))
