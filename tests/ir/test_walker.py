@@ -389,8 +389,7 @@ def test_repeated_walks_of_a_statement_see_what_the_cpp_walk_sees(kernel):
 
         body = getattr(load_example(f"{kernel}.py"), "stripped", None)
         body = (body() if body is not None else load_example(f"{kernel}.py").hand()).body
-    walker._WALKED_ONCE.clear()
-    walker._INDEXES.clear()
+    walker.forget_walks()
     for round_ in range(3):  # the first walks in C++, the second builds the index
         for types in INDEXABLE_TYPE_SETS:
             expected: list = []

@@ -31,6 +31,7 @@ __all__ = [
     "TIRMutator",
     "TIRVisitor",
     "ffi_list",
+    "forget_walks",
     "node_fields",
     "post_order_visit",
     "rebuild",
@@ -471,6 +472,14 @@ def _indexed_nodes(node: Any, types: tuple[type, ...]) -> list[Any] | None:
     _walk(node, nodes.append, _INDEXED_TYPES)
     _remember(_INDEXES, key, (node, nodes))
     return nodes
+
+
+def forget_walks() -> None:
+    """Drop the statements remembered for :func:`post_order_visit`'s shared index (a
+    benchmark timing one pass run per kernel calls this between repeated runs on one
+    module, so each run walks its kernel as a first run would)."""
+    _WALKED_ONCE.clear()
+    _INDEXES.clear()
 
 
 def _remember(memo: dict[int, Any], key: int, value: Any) -> None:
