@@ -75,6 +75,9 @@ BOOLEANS = st.recursive(
     max_leaves=3,
 )
 CONDITIONS = BOOLEANS | INTEGERS.map(lambda e: tirx.Cast("bool", e))
+# (deferred: a short repr; hypothesis warns when it builds the recursive strategies' repr)
+INDICES = st.deferred(lambda: INTEGERS)
+CONDITION_LISTS = st.deferred(lambda: st.lists(CONDITIONS, max_size=2))
 
 
 def _access(index: Any, conditions: list[Any]) -> SharedAccess:
@@ -99,8 +102,8 @@ def _outcome(side: Any, fixed: dict[Any, np.ndarray], ties: list[Any], native_on
 @needs_compiler
 @settings(deadline=None, max_examples=300)
 @given(
-    index=INTEGERS,
-    conditions=st.lists(CONDITIONS, max_size=2),
+    index=INDICES,
+    conditions=CONDITION_LISTS,
     tied=st.booleans(),
     pinned=st.sampled_from([None, 0, 2]),
 )
