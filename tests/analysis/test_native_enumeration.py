@@ -75,9 +75,8 @@ BOOLEANS = st.recursive(
     max_leaves=3,
 )
 CONDITIONS = BOOLEANS | INTEGERS.map(lambda e: tirx.Cast("bool", e))
-# (deferred: a short repr; hypothesis warns when it builds the recursive strategies' repr)
-INDICES = st.deferred(lambda: INTEGERS)
-CONDITION_LISTS = st.deferred(lambda: st.lists(CONDITIONS, max_size=2))
+INDICES = INTEGERS
+CONDITION_LISTS = st.lists(CONDITIONS, max_size=2)
 
 
 def _access(index: Any, conditions: list[Any]) -> SharedAccess:
@@ -100,6 +99,7 @@ def _outcome(side: Any, fixed: dict[Any, np.ndarray], ties: list[Any], native_on
 
 
 @needs_compiler
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")  # the expression strategies
 @settings(deadline=None, max_examples=300)
 @given(
     index=INDICES,
