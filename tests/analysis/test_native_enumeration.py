@@ -45,10 +45,11 @@ COMPARISONS = [tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE]
 
 def _made(op: Any, *operands: Any) -> Any:
     """``op(*operands)``, or None where TVM's constant folding refuses it (a constant zero
-    divisor or shift count out of range)."""
+    divisor or shift count out of range: InternalError; a folded constant outside int32:
+    ValueError)."""
     try:
         return op(*operands)
-    except tvm.error.InternalError:
+    except (tvm.error.InternalError, ValueError):
         return None
 
 
