@@ -34,7 +34,13 @@ import numpy as np
 from tvm import ir, tirx
 
 from tilewave.analysis.footprint import FootprintCache
-from tilewave.analysis.index_program import Unsupported, compile_program
+from tilewave.analysis.index_program import (
+    BINARY_OPERATIONS,
+    BITWISE_CALL_OPERATIONS,
+    BITWISE_TYPE_OPERATIONS,
+    Unsupported,
+    compile_program,
+)
 from tilewave.ir.walker import ffi_list
 from tilewave.native.points import PointsCore, core, pack_programs
 
@@ -65,37 +71,31 @@ class _NotEnumerable(Exception):
     pass
 
 
-_BINARY: dict[type, Callable[[Any, Any], Any]] = {
-    tirx.Add: np.add,
-    tirx.Sub: np.subtract,
-    tirx.Mul: np.multiply,
-    tirx.FloorDiv: np.floor_divide,
-    tirx.FloorMod: np.mod,
-    tirx.Min: np.minimum,
-    tirx.Max: np.maximum,
-    tirx.EQ: np.equal,
-    tirx.NE: np.not_equal,
-    tirx.LT: np.less,
-    tirx.LE: np.less_equal,
-    tirx.GT: np.greater,
-    tirx.GE: np.greater_equal,
-    tirx.And: np.logical_and,
-    tirx.Or: np.logical_or,
+#: NumPy's function for each operation of :mod:`tilewave.analysis.index_program`'s tables
+#: (truncated division and modulus are computed from ``_truncdiv``)
+_NUMPY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "floordiv": np.floor_divide,
+    "floormod": np.mod,
+    "min": np.minimum,
+    "max": np.maximum,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "bitand": np.bitwise_and,
+    "bitor": np.bitwise_or,
+    "bitxor": np.bitwise_xor,
+    "shl": np.left_shift,
+    "shr": np.right_shift,
 }
-_BITWISE_TYPES: dict[str, Callable[[Any, Any], Any]] = {
-    "BitwiseAnd": np.bitwise_and,
-    "BitwiseOr": np.bitwise_or,
-    "BitwiseXor": np.bitwise_xor,
-    "LShift": np.left_shift,
-    "RShift": np.right_shift,
-}
-_BITWISE_CALLS: dict[str, Callable[[Any, Any], Any]] = {
-    "tirx.bitwise_and": np.bitwise_and,
-    "tirx.bitwise_or": np.bitwise_or,
-    "tirx.bitwise_xor": np.bitwise_xor,
-    "tirx.shift_left": np.left_shift,
-    "tirx.shift_right": np.right_shift,
-}
+_DIVISIONS = frozenset({"floordiv", "floormod", "truncdiv", "truncmod"})
 
 
 def _truncdiv(x: Any, y: Any) -> Any:
@@ -113,21 +113,15 @@ def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
         raise _NotEnumerable(str(expr))
     if isinstance(expr, tirx.Cast):
         return _evaluate(expr.value, env)
-    op = _BINARY.get(type(expr))
-    if op is not None:
+    name = BINARY_OPERATIONS.get(type(expr)) or BITWISE_TYPE_OPERATIONS.get(type(expr).__name__)
+    if name is not None:
         a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
-        if op in (np.floor_divide, np.mod) and np.any(np.asarray(b) == 0):
+        if name in _DIVISIONS and np.any(np.asarray(b) == 0):
             raise _NotEnumerable("division by zero")
-        return op(a, b)
-    if isinstance(expr, (tirx.Div, tirx.Mod)):
-        a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
-        if np.any(np.asarray(b) == 0):
-            raise _NotEnumerable("division by zero")
-        q = _truncdiv(a, b)
-        return q if isinstance(expr, tirx.Div) else a - q * b
-    bitwise = _BITWISE_TYPES.get(type(expr).__name__)
-    if bitwise is not None:
-        return bitwise(_evaluate(expr.a, env), _evaluate(expr.b, env))
+        if name in ("truncdiv", "truncmod"):
+            q = _truncdiv(a, b)
+            return q if name == "truncdiv" else a - q * b
+        return _NUMPY[name](a, b)
     if isinstance(expr, tirx.Not):
         return np.logical_not(_evaluate(expr.a, env))
     if isinstance(expr, tirx.Select):
@@ -135,8 +129,9 @@ def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
         return np.where(cond, _evaluate(expr.true_value, env), _evaluate(expr.false_value, env))
     if isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op):
         name = expr.op.name
-        if name in _BITWISE_CALLS and len(expr.args) == 2:
-            return _BITWISE_CALLS[name](_evaluate(expr.args[0], env), _evaluate(expr.args[1], env))
+        if name in BITWISE_CALL_OPERATIONS and len(expr.args) == 2:
+            function = _NUMPY[BITWISE_CALL_OPERATIONS[name]]
+            return function(_evaluate(expr.args[0], env), _evaluate(expr.args[1], env))
         if name == "tirx.if_then_else" and len(expr.args) == 3:
             cond = _evaluate(expr.args[0], env)
             return np.where(cond, _evaluate(expr.args[1], env), _evaluate(expr.args[2], env))

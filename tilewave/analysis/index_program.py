@@ -15,14 +15,22 @@ from typing import Any
 
 from tvm import ir, tirx
 
-__all__ = ["Unsupported", "compile_program"]
+__all__ = [
+    "BINARY_OPERATIONS",
+    "BITWISE_CALL_OPERATIONS",
+    "BITWISE_TYPE_OPERATIONS",
+    "Unsupported",
+    "compile_program",
+]
 
 
 class Unsupported(Exception):
     """The expression has no program (the NumPy path evaluates it)."""
 
 
-_BINARY = {
+#: the operations both enumeration paths evaluate, by name (the NumPy path maps each name
+#: to a NumPy function, this module to an opcode of the compiled core)
+BINARY_OPERATIONS = {
     tirx.Add: "add",
     tirx.Sub: "sub",
     tirx.Mul: "mul",
@@ -41,14 +49,14 @@ _BINARY = {
     tirx.And: "and",
     tirx.Or: "or",
 }
-_BITWISE_TYPES = {
+BITWISE_TYPE_OPERATIONS = {
     "BitwiseAnd": "bitand",
     "BitwiseOr": "bitor",
     "BitwiseXor": "bitxor",
     "LShift": "shl",
     "RShift": "shr",
 }
-_BITWISE_CALLS = {
+BITWISE_CALL_OPERATIONS = {
     "tirx.bitwise_and": "bitand",
     "tirx.bitwise_or": "bitor",
     "tirx.bitwise_xor": "bitxor",
@@ -83,7 +91,7 @@ def _emit(expr: Any, slots: Mapping[int, int], ops: Mapping[str, int], code: lis
         return False
     if kind is tirx.Cast:
         return _emit(expr.value, slots, ops, code)
-    name = _BINARY.get(kind) or _BITWISE_TYPES.get(kind.__name__)
+    name = BINARY_OPERATIONS.get(kind) or BITWISE_TYPE_OPERATIONS.get(kind.__name__)
     if name is not None:
         return _binary(name, expr.a, expr.b, slots, ops, code)
     if kind is tirx.Not:
@@ -98,8 +106,8 @@ def _emit(expr: Any, slots: Mapping[int, int], ops: Mapping[str, int], code: lis
     if kind is ir.expr.Call and isinstance(expr.op, ir.Op):
         call = expr.op.name
         args = expr.args
-        if call in _BITWISE_CALLS and len(args) == 2:
-            return _binary(_BITWISE_CALLS[call], args[0], args[1], slots, ops, code)
+        if call in BITWISE_CALL_OPERATIONS and len(args) == 2:
+            return _binary(BITWISE_CALL_OPERATIONS[call], args[0], args[1], slots, ops, code)
         if call == "tirx.if_then_else" and len(args) == 3:
             _emit(args[0], slots, ops, code)
             both = _emit(args[1], slots, ops, code) & _emit(args[2], slots, ops, code)
