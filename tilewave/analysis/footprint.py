@@ -74,7 +74,23 @@ def footprint_of(access: Any) -> Footprint | None:
         for lp in loops
     )
     refs = tuple(lp.var for lp in loops) + tuple(lp.loop for lp in loops if lp.loop is not None)
-    return Footprint(exprs, keys, refs, hash((exprs, keys)))
+    return _interned(Footprint(exprs, keys, refs, hash((exprs, keys))))
+
+
+#: one object per distinct footprint: the caches then find a footprint by identity instead
+#: of comparing expressions structurally on every lookup (a kernel asks about the same few
+#: footprints thousands of times)
+_INTERNED: dict[Footprint, Footprint] = {}
+_INTERNED_LIMIT = 100_000
+
+
+def _interned(footprint: Footprint) -> Footprint:
+    found = _INTERNED.get(footprint)
+    if found is None:
+        if len(_INTERNED) >= _INTERNED_LIMIT:
+            _INTERNED.clear()
+        found = _INTERNED[footprint] = footprint
+    return found
 
 
 class FootprintCache:

@@ -95,6 +95,15 @@ class Instance:
     #: their last iteration (its loop variable is then ``last - d * step``)
     finished: tuple[tuple[Any, int], ...] = ()
 
+    def __post_init__(self) -> None:
+        # states are dicts of instances, merged and moved at every loop round: hash once
+        object.__setattr__(
+            self, "_hash", hash((self.access, self.carried, self.positions, self.finished))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined,no-any-return]
+
     def iterations(self) -> dict[Any, frozenset[int]]:
         """Iteration distances from the access to the statement now being visited."""
         out = {lp.loop: frozenset({0}) for lp in self.access.loops if lp.loop is not None}
