@@ -44,6 +44,11 @@ def _top_level_stores(body: Any) -> list[Any]:
 
 def single_assignment_scalars(func: Any) -> dict[Any, Any]:
     """Local one-element buffer -> the value of its only (top-level) store."""
+    candidates = [
+        store for store in _top_level_stores(func.body) if _is_local_scalar(store.buffer)
+    ]
+    if not candidates:
+        return {}  # (most kernels: no walk over the body needed)
     counts: dict[int, int] = {}  # by node handle (``==`` on expressions builds ``EQ``)
 
     def count(node: Any) -> None:
@@ -63,22 +68,26 @@ def single_assignment_scalars(func: Any) -> dict[Any, Any]:
 
     post_order_visit(func.body, count, (tirx.BufferStore, ir.expr.Call))
     values: dict[Any, Any] = {}
-    for store in _top_level_stores(func.body):
+    for store in candidates:
         buffer = store.buffer
-        shape = buffer.ty.shape
-        if (
-            counts.get(hash(buffer), 0) != 1
-            or buffer_scope(buffer) != "local"
-            or len(shape) != 1
-            or not isinstance(shape[0], tirx.IntImm)
-            or int(shape[0].value) != 1
-        ):
+        if counts.get(hash(buffer), 0) != 1:
             continue
         value = ScalarForwarder(values).visit(store.value)
         if _loads_memory(value):
             continue
         values[buffer] = value
     return values
+
+
+def _is_local_scalar(buffer: Any) -> bool:
+    """A ``local`` buffer of one element."""
+    shape = buffer.ty.shape
+    return (
+        buffer_scope(buffer) == "local"
+        and len(shape) == 1
+        and isinstance(shape[0], tirx.IntImm)
+        and int(shape[0].value) == 1
+    )
 
 
 def _loads_memory(expr: Any) -> bool:

@@ -319,6 +319,32 @@ class _Search:
             | set(graph.while_back_edges)
         )
 
+    @functools.cached_property
+    def _landing(self) -> list[int]:
+        """Per node, where a path entering it first meets a node that matters: a node
+        without shared accesses or synchronisation, with one successor reached by an edge
+        that is no loop edge, changes nothing in the search state, so paths skip it (most
+        of a kernel's statements touch registers or global memory only)."""
+        nodes, loop_edges = self.graph.nodes, self._loop_edges
+        landing = list(range(len(nodes)))
+        resolved = [False] * len(nodes)
+        for first in range(len(nodes)):
+            chain: list[int] = []
+            at = first
+            while not resolved[at] and at not in chain:
+                node = nodes[at]
+                if node.accesses or node.sync is not None or len(node.succ) != 1:
+                    break
+                if (at, node.succ[0]) in loop_edges:
+                    break
+                chain.append(at)
+                at = node.succ[0]
+            end = landing[at] if resolved[at] else at
+            for passed in chain:
+                landing[passed], resolved[passed] = end, True
+            resolved[first] = True
+        return landing
+
     def reachable_conflicts(
         self, start: int, access: SharedAccess, groups: bool = True
     ) -> list[SharedAccess]:
@@ -337,11 +363,14 @@ class _Search:
             group = 0
         loops = [lp.loop for lp in access.loops]
         found: list[SharedAccess] = []
+        found_ids: set[int] = set()
+        asked: set[tuple[Any, ...]] = set()
         seen: set[tuple[Any, ...]] = set()
         zero = (0,) * len(loops)
+        landing = self._landing
         queue = deque(
             (
-                succ,
+                landing[succ],
                 frozenset(),
                 False,
                 group,
@@ -357,25 +386,29 @@ class _Search:
             seen.add(state)
             node_id, signalled, landed, group, distance, positions = state
             node = self.graph.nodes[node_id]
-            # accesses already found, and pairs where neither access writes (no hazard
-            # either way), need no question
-            candidates = [
-                other
-                for other in node.accesses
-                if (writes or other.kind.writes) and not any(other is f for f in found)
-            ]
-            if candidates:
-                iterations = {
-                    lp: frozenset({d})
-                    for lp, d in zip(loops, distance, strict=True)
-                    if lp is not None and d < _EXITED
-                }
-                exited = {
-                    lp: d - _EXITED
-                    for lp, d in zip(loops, distance, strict=True)
-                    if lp is not None and d >= _EXITED
-                }
-            for other in candidates:
+            # accesses already found, pairs where neither access writes (no hazard either
+            # way) and pairs already asked at these distances need no question: states that
+            # differ only in what synchronisation was seen meet the same accesses again
+            iterations: dict[Any, frozenset[int]] | None = None
+            exited: dict[Any, int] = {}
+            for other in node.accesses:
+                if not (writes or other.kind.writes) or id(other) in found_ids:
+                    continue
+                question = (id(other), distance, positions)
+                if question in asked:
+                    continue
+                asked.add(question)
+                if iterations is None:
+                    iterations = {
+                        lp: frozenset({d})
+                        for lp, d in zip(loops, distance, strict=True)
+                        if lp is not None and d < _EXITED
+                    }
+                    exited = {
+                        lp: d - _EXITED
+                        for lp, d in zip(loops, distance, strict=True)
+                        if lp is not None and d >= _EXITED
+                    }
                 conflict = _conflict(
                     self.graph.memory,
                     access,
@@ -385,8 +418,9 @@ class _Search:
                     dict(positions) or None,
                     exited or None,
                 )
-                if conflict and not any(other is f for f in found):
+                if conflict:
                     found.append(other)
+                    found_ids.add(id(other))
             if counted and not landed and any(
                 a.kind is AccessKind.ASYNC_WRITE for a in node.accesses
             ):
@@ -399,7 +433,7 @@ class _Search:
             for succ in node.succ:
                 moved = self._moved(node_id, succ, loops, distance)
                 placed = self._positioned(node_id, succ, loops, positions)
-                queue.append((succ, *next_state, moved, placed))
+                queue.append((landing[succ], *next_state, moved, placed))
         return found
 
     def _positioned(

@@ -222,8 +222,12 @@ def remap(state: State, move: Callable[[Instance, Pending], Instance]) -> State:
     return out
 
 
-def state_around(state: State, loop: Any) -> State:
-    """``state`` at the end of an iteration of ``loop``, seen from the start of the next."""
+def state_around(
+    state: State, loop: Any, moved: dict[tuple[Instance, Any], Instance] | None = None
+) -> State:
+    """``state`` at the end of an iteration of ``loop``, seen from the start of the next.
+    ``moved``: remembered :meth:`Instance.around` results (fixed-point rounds move the
+    same instances around the same loop again)."""
     if loop is None:
         return state  # accesses in an unidentified loop are compared at any distance
     moving = [i for i in state if loop in i.access.loop_set or i.positions]
@@ -233,7 +237,12 @@ def state_around(state: State, loop: Any) -> State:
     for inst in moving:
         del out[inst]
     for inst in moving:
-        new = inst.around(loop)
+        if moved is None:
+            new = inst.around(loop)
+        else:
+            new = moved.get((inst, loop))
+            if new is None:
+                new = moved[(inst, loop)] = inst.around(loop)
         out[new] = join(state[inst], out.get(new))
     return out
 

@@ -151,6 +151,8 @@ class _Placer:
         self._loop_memo: dict[Any, tuple[list[Any], State]] = {}
         #: ``may_conflict`` verdicts of (pending instance, new access) pairs
         self._verdicts: dict[tuple[Instance, SharedAccess], bool] = {}
+        #: ``Instance.around`` results by (instance, loop), for the fixed-point rounds
+        self._moved: dict[tuple[Instance, Any], Instance] = {}
         #: ``sync_action`` of leaf statements and the sync counts of statement trees, by
         #: node (fixed-point rounds and rewritten bodies meet the same nodes again)
         self._actions: dict[Any, SyncAction | None] = {}
@@ -868,7 +870,7 @@ class _Placer:
         rounds = _MAX_FIXPOINT_ROUNDS if repeats else 1
         for _ in range(rounds):
             items, out = self.visit(body, head, scope, divergent)
-            joined = merge(head, state_around(out, loop)) if repeats else head
+            joined = merge(head, state_around(out, loop, self._moved)) if repeats else head
             if joined == head:
                 new_body = self.sequence(items, body)
                 return new_body, head, out, self.sync_cost(new_body, body)
