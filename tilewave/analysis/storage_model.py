@@ -184,6 +184,10 @@ class _Lifetimes(TIRVisitor):
         return min(ua[1]) <= max(ub[1]) and min(ub[1]) <= max(ua[1])
 
 
+#: :meth:`SharedMemoryModel._buffer_relation`: the buffers alone do not decide
+_COMPARE_BYTES = object()
+
+
 def _apart(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
     return a is not None and b is not None and (a[1] <= b[0] or b[1] <= a[0])
 
@@ -212,6 +216,9 @@ class SharedMemoryModel:
         self._bytes: weakref.WeakKeyDictionary[SharedAccess, SharedAccess | None] = (
             weakref.WeakKeyDictionary()
         )
+        #: :meth:`_buffer_relation` by the two buffers' node handles (the verifier asks
+        #: about the same buffers for every pair of their accesses)
+        self._pairs: dict[tuple[int, int], bool | object] = {}
 
     def _placement(self, buffer: Any) -> _Placement:
         found = self._placements.get(hash(buffer))
@@ -251,15 +258,26 @@ class SharedMemoryModel:
             return False
         if stores_alike(a, b, thread_extents):
             return False
+        pair = (hash(a.buffer), hash(b.buffer))
+        relation = self._pairs.get(pair)
+        if relation is None:
+            relation = self._pairs[pair] = self._buffer_relation(a, b)
+        if relation is not _COMPARE_BYTES:
+            return relation
+        bytes_a, bytes_b = self._as_bytes(a), self._as_bytes(b)
+        if bytes_a is None or bytes_b is None:
+            return True
+        return may_conflict(bytes_a, bytes_b, thread_extents, iterations, positions, finished)
+
+    def _buffer_relation(self, a: SharedAccess, b: SharedAccess) -> bool | object:
+        """What the two accesses' buffers alone decide: True (may overlap), False (apart)
+        or :data:`_COMPARE_BYTES` (known bytes of one allocation: compare the accesses)."""
         unknown = self.overlap_unknown(a, b)
         if unknown is not None:
             return unknown
         if _apart(self._extent(a.buffer), self._extent(b.buffer)):
             return False  # two views of disjoint parts of one allocation
-        bytes_a, bytes_b = self._as_bytes(a), self._as_bytes(b)
-        if bytes_a is None or bytes_b is None:
-            return True
-        return may_conflict(bytes_a, bytes_b, thread_extents, iterations, positions, finished)
+        return _COMPARE_BYTES
 
     def _extent(self, buffer: Any) -> tuple[int, int] | None:
         """Bytes of its allocation that ``buffer``'s in-bounds elements lie in: from the
