@@ -345,6 +345,20 @@ class _Search:
             resolved[first] = True
         return landing
 
+    @functools.cached_property
+    def _edges(self) -> list[list[tuple[int, int, bool]]]:
+        """Per node, its successors as ``(landing node, successor, loop edge?)``."""
+        landing, loop_edges = self._landing, self._loop_edges
+        return [
+            [(landing[succ], succ, (i, succ) in loop_edges) for succ in node.succ]
+            for i, node in enumerate(self.graph.nodes)
+        ]
+
+    @functools.cached_property
+    def _writing(self) -> list[list[tuple[SharedAccess, bool]]]:
+        """Per node, its accesses with whether each writes."""
+        return [[(a, a.kind.writes) for a in node.accesses] for node in self.graph.nodes]
+
     def reachable_conflicts(
         self, start: int, access: SharedAccess, groups: bool = True
     ) -> list[SharedAccess]:
@@ -367,17 +381,17 @@ class _Search:
         asked: set[tuple[Any, ...]] = set()
         seen: set[tuple[Any, ...]] = set()
         zero = (0,) * len(loops)
-        landing = self._landing
+        edges, writing, nodes = self._edges, self._writing, self.graph.nodes
         queue = deque(
             (
-                landing[succ],
+                target,
                 frozenset(),
                 False,
                 group,
                 self._moved(start, succ, loops, zero),
                 self._positioned(start, succ, loops, ()),
             )
-            for succ in self.graph.nodes[start].succ
+            for target, succ, _ in edges[start]
         )
         while queue:
             state = queue.popleft()
@@ -385,14 +399,14 @@ class _Search:
                 continue
             seen.add(state)
             node_id, signalled, landed, group, distance, positions = state
-            node = self.graph.nodes[node_id]
+            node = nodes[node_id]
             # accesses already found, pairs where neither access writes (no hazard either
             # way) and pairs already asked at these distances need no question: states that
             # differ only in what synchronisation was seen meet the same accesses again
             iterations: dict[Any, frozenset[int]] | None = None
             exited: dict[Any, int] = {}
-            for other in node.accesses:
-                if not (writes or other.kind.writes) or id(other) in found_ids:
+            for other, other_writes in writing[node_id]:
+                if not (writes or other_writes) or id(other) in found_ids:
                     continue
                 question = (id(other), distance, positions)
                 if question in asked:
@@ -425,15 +439,21 @@ class _Search:
                 a.kind is AccessKind.ASYNC_WRITE for a in node.accesses
             ):
                 group = min(group + 1, _MAX_NEWER)  # a copy issued after it: one count more
-            next_state = self._step(
-                node, signalled, landed, is_async, group, access, domain, self.graph.implied
-            )
-            if next_state is None:
-                continue
-            for succ in node.succ:
-                moved = self._moved(node_id, succ, loops, distance)
-                placed = self._positioned(node_id, succ, loops, positions)
-                queue.append((landing[succ], *next_state, moved, placed))
+            if node.sync is None:
+                next_state: tuple[frozenset, bool, int] | None = (signalled, landed, group)
+            else:
+                next_state = self._step(
+                    node, signalled, landed, is_async, group, access, domain, self.graph.implied
+                )
+                if next_state is None:
+                    continue
+            for target, succ, loop_edge in edges[node_id]:
+                if loop_edge:
+                    moved = self._moved(node_id, succ, loops, distance)
+                    placed = self._positioned(node_id, succ, loops, positions)
+                    queue.append((target, *next_state, moved, placed))
+                else:
+                    queue.append((target, *next_state, distance, positions))
         return found
 
     def _positioned(
