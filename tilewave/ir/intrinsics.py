@@ -215,6 +215,17 @@ def unregister_intrinsic(name: str) -> None:
 def _lookup(name: str) -> IntrinsicEntry | None:
     if name in _USER:
         return IntrinsicEntry(name, _USER[name], "user")
+    if name not in _BUILT_IN:
+        _BUILT_IN[name] = _built_in_lookup(name)
+    return _BUILT_IN[name]
+
+
+#: :func:`_built_in_lookup` by name (the built-in tables do not change; the analyses ask
+#: about the same few ops at every call)
+_BUILT_IN: dict[str, IntrinsicEntry | None] = {}
+
+
+def _built_in_lookup(name: str) -> IntrinsicEntry | None:
     if name in _EXACT:
         return IntrinsicEntry(name, _EXACT[name], "exact")
     best: tuple[str, OpEffect] | None = None

@@ -177,10 +177,10 @@ class _Placer:
         found = self._counts.get(stmt)
         if found is not None:
             return found
-        if isinstance(stmt, tirx.Evaluate):
+        if type(stmt) is tirx.Evaluate:
             found = _action_cost(self.sync_action(stmt))
         else:
-            if isinstance(stmt, tirx.SeqStmt):
+            if type(stmt) is tirx.SeqStmt:
                 children = ffi_list(stmt.seq)
             else:
                 children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
@@ -272,7 +272,7 @@ class _Placer:
     def after(self, stmt: Any, scope: AccessScope) -> AccessScope:
         """The scope of the statements that follow ``stmt`` in its statement list (one
         object per statement and scope: rounds and look-aheads reuse it)."""
-        if not isinstance(stmt, tirx.Bind):
+        if type(stmt) is not tirx.Bind:
             return scope
         key = (stmt, scope)
         found = self._scopes.get(key)
