@@ -22,6 +22,7 @@ conservative.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import weakref
@@ -139,9 +140,17 @@ def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
 
 
 def _values(loop: LoopRange) -> np.ndarray:
+    """The loop variable's values (read-only: shared between callers)."""
     if loop.min is None or loop.extent is None or loop.step is None or loop.extent <= 0:
         raise _NotEnumerable(f"loop {loop.var} without constant bounds")
-    return loop.min + np.arange(loop.extent, dtype=np.int64) * loop.step
+    return _range_values(loop.min, loop.extent, loop.step)
+
+
+@functools.lru_cache(maxsize=4096)
+def _range_values(start: int, count: int, step: int) -> np.ndarray:
+    values = start + np.arange(count, dtype=np.int64) * step
+    values.flags.writeable = False
+    return values
 
 
 def _flat(access: SharedAccess) -> Any:
@@ -206,15 +215,32 @@ def _period(expr: Any, var: Any) -> int | None:
     """A period ``P`` in ``var`` of ``expr`` (``expr(var + P * step) == expr(var)`` for the
     unit step), when ``var`` occurs only inside ``(c * var + ...) % m`` or a power-of-two
     mask; 1 when it does not occur; ``None`` when not periodic."""
-    if not _mentions(expr, var):
-        return 1
+    return _period_and_mention(expr, var)[0]
+
+
+def _period_and_mention(expr: Any, var: Any) -> tuple[int | None, bool]:
+    """:func:`_period` of ``expr`` and whether ``expr`` mentions ``var``, bottom up (an
+    expression with operands mentions ``var`` exactly when one of its operands does, so
+    only the leaves are asked; asking every subtree walked it once per level)."""
+    children = _operands(expr)
+    if children is None:
+        mentions = _mentions(expr, var)
+        return (None if mentions else 1), mentions  # (a leaf is no modulus)
+    parts = [_period_and_mention(child, var) for child in children]
+    if not any(mentions for _, mentions in parts):
+        return 1, False
     mod = _modulus(expr)
     if mod is not None:
         x, m = mod
         c = _affine_coefficient(x, var)
         if c is not None:
-            return m // math.gcd(abs(c), m) if c else 1
-    return _fold_operands(expr, lambda child: _period(child, var), math.lcm, 1)
+            return (m // math.gcd(abs(c), m) if c else 1), True
+    period = 1
+    for part, _ in parts:
+        if part is None:
+            return None, True
+        period = math.lcm(period, part)
+    return period, True
 
 
 def _fold_operands(

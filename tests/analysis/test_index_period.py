@@ -1,0 +1,73 @@
+"""The period of an index in a loop variable (``index_enumeration._period``): enumeration
+visits one iteration per residue of it, so a period that is not one would drop addresses.
+Checked by evaluation, not by the analysis's own rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hypothesis.strategies as st
+import numpy as np
+import pytest
+from enumeration_space import TX, TY, K
+from hypothesis import given, settings
+from tvm import tirx
+
+from tilewave.analysis.index_enumeration import _evaluate, _mentions, _period
+
+LEAVES = st.sampled_from([TX, TY, K]) | st.integers(-3, 9).map(lambda v: tirx.IntImm("int32", v))
+MODULI = st.integers(1, 12).map(lambda v: tirx.IntImm("int32", v))
+MASKS = st.sampled_from([1, 3, 7, 15]).map(lambda v: tirx.IntImm("int32", v))
+
+
+def _extend(children: Any) -> Any:
+    pairs = st.tuples(children, children)
+    return (
+        st.builds(lambda p: tirx.Add(*p), pairs)
+        | st.builds(lambda p: tirx.Sub(*p), pairs)
+        | st.builds(lambda p: tirx.Mul(*p), pairs)
+        | st.builds(lambda p: tirx.bitwise_xor(*p), pairs)
+        | st.builds(tirx.floormod, children, MODULI)
+        | st.builds(tirx.floordiv, children, MODULI)
+        | st.builds(tirx.bitwise_and, children, MASKS)
+    )
+
+
+#: indices mixing the loop variable ``k`` with the threads through sums, products,
+#: moduli, masks, divisions and xors (the shapes of swizzled and multibuffered indices)
+INDICES = st.recursive(LEAVES, _extend, max_leaves=8)
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(max_examples=300, deadline=None)
+@given(index=INDICES)
+def test_a_period_repeats_the_index_and_an_unmentioned_variable_has_period_one(index):
+    period = _period(index, K)
+    if not _mentions(index, K):
+        assert period == 1
+        return
+    if period is None:
+        return  # not periodic (or not known to be): enumeration visits every iteration
+    assert period >= 1
+    k = np.arange(0, 3 * period + 5, dtype=np.int64)
+    grid = np.meshgrid(np.arange(8), np.arange(2), k, indexing="ij", sparse=True)
+    later = np.meshgrid(np.arange(8), np.arange(2), k + period, indexing="ij", sparse=True)
+    now_values = _evaluate(index, dict(zip((TX, TY, K), grid, strict=True)))
+    later_values = _evaluate(index, dict(zip((TX, TY, K), later, strict=True)))
+    shape = (8, 2, len(k))
+    assert np.array_equal(np.broadcast_to(now_values, shape), np.broadcast_to(later_values, shape))
+
+
+@pytest.mark.parametrize(
+    ("index", "expected"),
+    [
+        (tirx.floormod(K, 4) * 64 + TX, 4),
+        (tirx.floormod(K * 2 + TX, 8), 4),
+        (tirx.bitwise_and(K + TY, tirx.IntImm("int32", 3)) + tirx.floormod(K, 3), 12),
+        (TX * 32 + TY, 1),
+        (K * 64 + TX, None),
+        (tirx.floormod(K, 4) + tirx.floordiv(K, 2), None),
+    ],
+)
+def test_periods_of_multibuffered_and_swizzled_indices(index, expected):
+    assert _period(index, K) == expected
