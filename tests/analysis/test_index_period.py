@@ -9,11 +9,18 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from enumeration_space import TX, TY, K
+from enumeration_space import BUFFER, EXTENTS, TX, TY, K
 from hypothesis import given, settings
 from tvm import tirx
 
-from tilewave.analysis.index_enumeration import _evaluate, _mentions, _period
+from tilewave.analysis.index_enumeration import _evaluate, _mentions, _period, _side
+from tilewave.analysis.shared_access import (
+    AccessKind,
+    AccessScope,
+    LoopRange,
+    SharedAccess,
+    may_conflict,
+)
 
 LEAVES = st.sampled_from([TX, TY, K]) | st.integers(-3, 9).map(lambda v: tirx.IntImm("int32", v))
 MODULI = st.integers(1, 12).map(lambda v: tirx.IntImm("int32", v))
@@ -71,3 +78,21 @@ def test_a_period_repeats_the_index_and_an_unmentioned_variable_has_period_one(i
 )
 def test_periods_of_multibuffered_and_swizzled_indices(index, expected):
     assert _period(index, K) == expected
+
+
+def test_two_loops_without_a_for_statement_keep_their_own_ranges():
+    """Loops known by variable only (a copied-element range, a unit spread, a ``For``
+    met at two places) are told apart by variable: a side with two of them enumerates
+    each over its own range (they once shared one cache entry, so the second loop took
+    the first one's values and the 16 copied elements looked like 4)."""
+    rows = LoopRange(tirx.Var("row", "int32"), 0, 2)
+    lanes = LoopRange(tirx.Var("lane", "int32"), 0, 8)
+    scope = AccessScope((rows, lanes))
+    index = tirx.floormod(rows.var, 2) * 8 + tirx.floormod(lanes.var, 8)  # periodic in both
+    copy = SharedAccess(BUFFER, AccessKind.WRITE, (index,), None, scope.loops, scope)
+    read = SharedAccess(BUFFER, AccessKind.READ, (TX + 5,), None, (), AccessScope())
+    side = _side(copy, EXTENTS)
+    points = side._enumerate({}, [], False)
+    assert sorted(set(points.keys.tolist())) == list(range(16))
+    # thread 0's read of element 5 meets every thread's copy of it
+    assert may_conflict(copy, read, EXTENTS) is True

@@ -336,8 +336,11 @@ class _Side:
         for var in used:
             if not any(var.same_as(k) for k in known):
                 raise _NotEnumerable(f"variable {var} with no known range")
-        self._valid: dict[Any, np.ndarray | None] = {}
-        self._periods: dict[Any, int | None] = {}
+        #: per loop, by its variable's handle (loops without a ``For`` statement, such as a
+        #: copy's element range, are told apart by variable only)
+        self._valid: dict[int, np.ndarray | None] = {}
+        self._periods: dict[int, int | None] = {}
+        self._free: dict[int, np.ndarray] = {}
         self._points: dict[Any, _Points] = {}
         #: axis position of each variable (threads, then loops), by handle
         axis_vars = [*(v for v, _ in self.threads), *(lp.var for lp in self.loops)]
@@ -374,34 +377,42 @@ class _Side:
         """The iterations of ``loop`` in which the access can run, judged by the path
         conditions on ``loop``'s variable alone; ``None`` when a condition mixes it with
         other variables (then every iteration counts and no period is used)."""
-        if loop.loop not in self._valid:
+        key = hash(loop.var)
+        if key not in self._valid:
             values = _values(loop)
             keep = np.ones(len(values), bool)
             for cond, free in zip(self.conditions, self._condition_vars, strict=True):
                 if not any(v.same_as(loop.var) for v in free):
                     continue
                 if len(free) > 1:
-                    self._valid[loop.loop] = None
+                    self._valid[key] = None
                     return None
                 keep &= _holds(cond, {loop.var: values}, values.shape)
-            self._valid[loop.loop] = values[keep]
-        return self._valid[loop.loop]
+            self._valid[key] = values[keep]
+        return self._valid[key]
 
     def free_values(self, loop: LoopRange) -> np.ndarray:
         """The iterations of a loop this side alone ranges over: one per residue of the
         index's period among the iterations the conditions allow (they give the same
         addresses)."""
-        valid = self.valid(loop)
-        period = self.period(loop)
-        if valid is None or period is None:
-            return _values(loop)
-        return _one_per_residue(valid, valid, period, loop)
+        key = hash(loop.var)
+        if key not in self._free:
+            valid = self.valid(loop)
+            period = self.period(loop)
+            if valid is None or period is None:
+                self._free[key] = _values(loop)
+            else:
+                free = _one_per_residue(valid, valid, period, loop)
+                free.flags.writeable = False  # (returned to every caller)
+                self._free[key] = free
+        return self._free[key]
 
     def period(self, loop: LoopRange) -> int | None:
         """A period of this access's index in ``loop``'s iterations (None: none known)."""
-        if loop.loop not in self._periods:
-            self._periods[loop.loop] = _period(self.flat, loop.var)
-        return self._periods[loop.loop]
+        key = hash(loop.var)
+        if key not in self._periods:
+            self._periods[key] = _period(self.flat, loop.var)
+        return self._periods[key]
 
     def points(
         self,
