@@ -120,7 +120,9 @@ class Memory:
               values: np.ndarray, dtype: np.dtype) -> None:
         """Write ``values`` as ``dtype`` at byte ``offsets`` (later threads win on overlap)."""
         size = dtype.itemsize
-        raw = np.ascontiguousarray(np.asarray(values).astype(dtype)).reshape(offsets.shape)
+        # a value too large for a float type becomes inf, as the GPU's conversion makes it
+        with np.errstate(over="ignore"):
+            raw = np.ascontiguousarray(np.asarray(values).astype(dtype)).reshape(offsets.shape)
         raw = raw.view(np.uint8).reshape((*offsets.shape, size))
         byte_idx = offsets[..., None] + np.arange(size)
         if storage.per_thread:
