@@ -329,7 +329,7 @@ class _Search:
         landing = list(range(len(nodes)))
         resolved = [False] * len(nodes)
         for first in range(len(nodes)):
-            chain: list[int] = []
+            chain: dict[int, None] = {}  # (ordered; a set's lookup: chains can be long)
             at = first
             while not resolved[at] and at not in chain:
                 node = nodes[at]
@@ -337,7 +337,7 @@ class _Search:
                     break
                 if (at, node.succ[0]) in loop_edges:
                     break
-                chain.append(at)
+                chain[at] = None
                 at = node.succ[0]
             end = landing[at] if resolved[at] else at
             for passed in chain:
@@ -376,8 +376,7 @@ class _Search:
         if counted:
             group = 0
         loops = [lp.loop for lp in access.loops]
-        found: list[SharedAccess] = []
-        found_ids: set[int] = set()
+        found: dict[int, SharedAccess] = {}  # by id, in the order found
         asked: set[tuple[Any, ...]] = set()
         seen: set[tuple[Any, ...]] = set()
         zero = (0,) * len(loops)
@@ -406,7 +405,7 @@ class _Search:
             iterations: dict[Any, frozenset[int]] | None = None
             exited: dict[Any, int] = {}
             for other, other_writes in writing[node_id]:
-                if not (writes or other_writes) or id(other) in found_ids:
+                if not (writes or other_writes) or id(other) in found:
                     continue
                 question = (id(other), distance, positions)
                 if question in asked:
@@ -433,8 +432,7 @@ class _Search:
                     exited or None,
                 )
                 if conflict:
-                    found.append(other)
-                    found_ids.add(id(other))
+                    found[id(other)] = other
             if counted and not landed and any(
                 a.kind is AccessKind.ASYNC_WRITE for a in node.accesses
             ):
@@ -454,7 +452,7 @@ class _Search:
                     queue.append((target, *next_state, moved, placed))
                 else:
                     queue.append((target, *next_state, distance, positions))
-        return found
+        return list(found.values())
 
     def _positioned(
         self, src: int, dst: int, loops: list[Any], positions: tuple[tuple[Any, int], ...]
