@@ -13,7 +13,7 @@ from enumeration_space import BUFFER, EXTENTS, TX, TY, K
 from hypothesis import given, settings
 from tvm import tirx
 
-from tilewave.analysis.index_enumeration import _evaluate, _mentions, _period, _side
+from tilewave.analysis.index_enumeration import _evaluate, _mentions, _operands, _period, _side
 from tilewave.analysis.shared_access import (
     AccessKind,
     AccessScope,
@@ -37,6 +37,8 @@ def _extend(children: Any) -> Any:
         | st.builds(tirx.floormod, children, MODULI)
         | st.builds(tirx.floordiv, children, MODULI)
         | st.builds(tirx.bitwise_and, children, MASKS)
+        | st.builds(lambda p: tirx.Select(p[0] < p[1], p[0], p[1]), pairs)
+        | st.builds(lambda c: tirx.Cast("int32", tirx.Cast("int64", c)), children)
     )
 
 
@@ -96,3 +98,24 @@ def test_two_loops_without_a_for_statement_keep_their_own_ranges():
     assert sorted(set(points.keys.tolist())) == list(range(16))
     # thread 0's read of element 5 meets every thread's copy of it
     assert may_conflict(copy, read, EXTENTS) is True
+
+
+@pytest.mark.parametrize(
+    ("make", "count"),
+    [
+        (lambda: tirx.Add(TX, K), 2),
+        (lambda: tirx.FloorMod(TX, tirx.IntImm("int32", 4)), 2),
+        (lambda: TX == K, 2),  # the Python-side comparison wrapper, read per object
+        (lambda: tirx.Cast("int64", TX), 1),
+        (lambda: tirx.Not(TX < K), 1),
+        (lambda: tirx.Select(TX < K, TX, K), 3),
+        (lambda: tirx.bitwise_xor(TX, K), 2),
+        (lambda: TX, None),
+        (lambda: tirx.IntImm("int32", 7), None),
+    ],
+)
+def test_operands_are_read_by_node_class(make, count):
+    # twice: the second read comes from the per-class table the first one filled
+    for _ in range(2):
+        found = _operands(make())
+        assert (None if found is None else len(found)) == count

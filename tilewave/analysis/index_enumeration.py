@@ -22,6 +22,7 @@ conservative.
 
 from __future__ import annotations
 
+import enum
 import functools
 import itertools
 import math
@@ -224,7 +225,12 @@ def _period_and_mention(expr: Any, var: Any) -> tuple[int | None, bool]:
     only the leaves are asked; asking every subtree walked it once per level)."""
     children = _operands(expr)
     if children is None:
-        mentions = _mentions(expr, var)
+        if isinstance(expr, ir.expr.Var):
+            mentions = expr.same_as(var)
+        elif isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
+            mentions = False
+        else:  # (a load or other leaf: whatever it reads)
+            mentions = _mentions(expr, var)
         return (None if mentions else 1), mentions  # (a leaf is no modulus)
     parts = [_period_and_mention(child, var) for child in children]
     if not any(mentions for _, mentions in parts):
@@ -289,19 +295,54 @@ def _divisor_of(expr: Any, var: Any) -> int | None:
 
 
 def _operands(expr: Any) -> list[Any] | None:
-    if isinstance(expr, ir.expr.Var):
-        return None  # the variable itself, outside any modulus
-    if isinstance(expr, tirx.Cast):
-        return [expr.value]
-    if hasattr(expr, "a") and hasattr(expr, "b"):
+    """The operands of ``expr`` (None: a leaf, or a node whose operands are not known)."""
+    kind = _OPERAND_KINDS.get(type(expr))
+    if kind is None:
+        kind = _OPERAND_KINDS[type(expr)] = _operand_kind(expr)
+    if kind is _Operands.BINARY:
         return [expr.a, expr.b]
-    if isinstance(expr, tirx.Not):
+    if kind is _Operands.NONE:
+        return None
+    if kind is _Operands.CAST:
+        return [expr.value]
+    if kind is _Operands.UNARY:
         return [expr.a]
-    if isinstance(expr, tirx.Select):
+    if kind is _Operands.SELECT:
         return [expr.condition, expr.true_value, expr.false_value]
-    if isinstance(expr, ir.expr.Call):
-        return ffi_list(expr.args)
-    return None
+    return ffi_list(expr.args)
+
+
+class _Operands(enum.Enum):
+    NONE = "none"
+    CAST = "cast"
+    BINARY = "binary"
+    UNARY = "unary"
+    SELECT = "select"
+    CALL = "call"
+
+
+#: how to read a node class's operands (classes checked once: ``isinstance`` on TVM node
+#: classes goes through ``ABCMeta`` and costs about a microsecond where it fails)
+_OPERAND_KINDS: dict[type, _Operands] = {}
+
+
+def _operand_kind(expr: Any) -> _Operands:
+    """How to read the operands of ``expr``'s class (the first of its class met: a
+    Python-side comparison wrapper such as ``EqualOp`` sets ``a``/``b`` per object)."""
+    cls = type(expr)
+    if issubclass(cls, ir.expr.Var):
+        return _Operands.NONE  # the variable itself, outside any modulus
+    if issubclass(cls, tirx.Cast):
+        return _Operands.CAST
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return _Operands.BINARY
+    if issubclass(cls, tirx.Not):
+        return _Operands.UNARY
+    if issubclass(cls, tirx.Select):
+        return _Operands.SELECT
+    if issubclass(cls, ir.expr.Call):
+        return _Operands.CALL
+    return _Operands.NONE
 
 
 def _one_per_residue(
