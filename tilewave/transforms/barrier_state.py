@@ -222,11 +222,9 @@ def remap(state: State, move: Callable[[Instance, Pending], Instance]) -> State:
     return out
 
 
-def state_around(
-    state: State, loop: Any, moved: dict[tuple[Instance, Any], Instance] | None = None
-) -> State:
+def state_around(state: State, loop: Any, moved: dict[tuple[Instance, Any], Instance]) -> State:
     """``state`` at the end of an iteration of ``loop``, seen from the start of the next.
-    ``moved``: remembered :meth:`Instance.around` results (fixed-point rounds move the
+    ``moved``: :meth:`Instance.around` results, filled in here (fixed-point rounds move the
     same instances around the same loop again)."""
     if loop is None:
         return state  # accesses in an unidentified loop are compared at any distance
@@ -237,12 +235,9 @@ def state_around(
     for inst in moving:
         del out[inst]
     for inst in moving:
-        if moved is None:
-            new = inst.around(loop)
-        else:
-            new = moved.get((inst, loop))
-            if new is None:
-                new = moved[(inst, loop)] = inst.around(loop)
+        new = moved.get((inst, loop))
+        if new is None:
+            new = moved[(inst, loop)] = inst.around(loop)
         out[new] = join(state[inst], out.get(new))
     return out
 
