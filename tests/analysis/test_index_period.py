@@ -1,6 +1,6 @@
-"""The period of an index in a loop variable (``index_enumeration._period``): enumeration
-visits one iteration per residue of it, so a period that is not one would drop addresses.
-Checked by evaluation, not by the analysis's own rules."""
+"""The period of an index in a loop variable (``index_enumeration.index_period``):
+enumeration visits one iteration per residue of it, so a period that is not one would
+drop addresses. Checked by evaluation, not by the analysis's own rules."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from enumeration_space import BUFFER, EXTENTS, TX, TY, K
 from hypothesis import given, settings
 from tvm import tirx
 
-from tilewave.analysis.index_enumeration import _evaluate, _mentions, _operands, _period, _side
+from tilewave.analysis.index_enumeration import _evaluate, _mentions, _operands, _side, index_period
 from tilewave.analysis.shared_access import (
     AccessKind,
     AccessScope,
@@ -51,7 +51,7 @@ INDICES = st.recursive(LEAVES, _extend, max_leaves=8)
 @settings(max_examples=300, deadline=None)
 @given(index=INDICES)
 def test_a_period_repeats_the_index_and_an_unmentioned_variable_has_period_one(index):
-    period = _period(index, K)
+    period = index_period(index, K)
     if not _mentions(index, K):
         assert period == 1
         return
@@ -79,7 +79,7 @@ def test_a_period_repeats_the_index_and_an_unmentioned_variable_has_period_one(i
     ],
 )
 def test_periods_of_multibuffered_and_swizzled_indices(index, expected):
-    assert _period(index, K) == expected
+    assert index_period(index, K) == expected
 
 
 def test_two_loops_without_a_for_statement_keep_their_own_ranges():

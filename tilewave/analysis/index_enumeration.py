@@ -38,9 +38,8 @@ from tvm import ir, tirx
 from tilewave.analysis.footprint import FootprintCache
 from tilewave.analysis.index_program import (
     BINARY_OPERATIONS,
-    BITWISE_CALL_OPERATIONS,
-    BITWISE_TYPE_OPERATIONS,
     Unsupported,
+    bitwise_parts,
     compile_program,
 )
 from tilewave.ir.walker import ffi_list
@@ -49,7 +48,7 @@ from tilewave.native.points import PointsCore, core, pack_programs
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
 
-__all__ = ["ANY", "FAR", "enumerate_no_overlap"]
+__all__ = ["ANY", "FAR", "enumerate_no_overlap", "index_period"]
 
 #: the most index points (both accesses, all contexts) one question may evaluate
 MAX_POINTS = 1 << 21
@@ -115,7 +114,11 @@ def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
         raise _NotEnumerable(str(expr))
     if isinstance(expr, tirx.Cast):
         return _evaluate(expr.value, env)
-    name = BINARY_OPERATIONS.get(type(expr)) or BITWISE_TYPE_OPERATIONS.get(type(expr).__name__)
+    bitwise = bitwise_parts(expr)
+    if bitwise is not None:
+        operation, a_expr, b_expr = bitwise
+        return _NUMPY[operation](_evaluate(a_expr, env), _evaluate(b_expr, env))
+    name = BINARY_OPERATIONS.get(type(expr))
     if name is not None:
         a, b = _evaluate(expr.a, env), _evaluate(expr.b, env)
         if name in _DIVISIONS and np.any(np.asarray(b) == 0):
@@ -131,9 +134,6 @@ def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
         return np.where(cond, _evaluate(expr.true_value, env), _evaluate(expr.false_value, env))
     if isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op):
         name = expr.op.name
-        if name in BITWISE_CALL_OPERATIONS and len(expr.args) == 2:
-            function = _NUMPY[BITWISE_CALL_OPERATIONS[name]]
-            return function(_evaluate(expr.args[0], env), _evaluate(expr.args[1], env))
         if name == "tirx.if_then_else" and len(expr.args) == 3:
             cond = _evaluate(expr.args[0], env)
             return np.where(cond, _evaluate(expr.args[1], env), _evaluate(expr.args[2], env))
@@ -212,7 +212,7 @@ def _modulus(expr: Any) -> tuple[Any, int] | None:
     return None
 
 
-def _period(expr: Any, var: Any) -> int | None:
+def index_period(expr: Any, var: Any) -> int | None:
     """A period ``P`` in ``var`` of ``expr`` (``expr(var + P * step) == expr(var)`` for the
     unit step), when ``var`` occurs only inside ``(c * var + ...) % m`` or a power-of-two
     mask; 1 when it does not occur; ``None`` when not periodic."""
@@ -220,7 +220,7 @@ def _period(expr: Any, var: Any) -> int | None:
 
 
 def _period_and_mention(expr: Any, var: Any) -> tuple[int | None, bool]:
-    """:func:`_period` of ``expr`` and whether ``expr`` mentions ``var``, bottom up (an
+    """:func:`index_period` of ``expr`` and whether ``expr`` mentions ``var``, bottom up (an
     expression with operands mentions ``var`` exactly when one of its operands does, so
     only the leaves are asked; asking every subtree walked it once per level)."""
     children = _operands(expr)
@@ -452,7 +452,7 @@ class _Side:
         """A period of this access's index in ``loop``'s iterations (None: none known)."""
         key = hash(loop.var)
         if key not in self._periods:
-            self._periods[key] = _period(self.flat, loop.var)
+            self._periods[key] = index_period(self.flat, loop.var)
         return self._periods[key]
 
     def points(

@@ -20,6 +20,7 @@ __all__ = [
     "BITWISE_CALL_OPERATIONS",
     "BITWISE_TYPE_OPERATIONS",
     "Unsupported",
+    "bitwise_parts",
     "compile_program",
 ]
 
@@ -68,6 +69,21 @@ _LOGICAL = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not"})
 _KEEPS_BOOL = frozenset({"min", "max", "bitand", "bitor", "bitxor"})
 
 
+def bitwise_parts(expr: Any) -> tuple[str, Any, Any] | None:
+    """``(operation, a, b)`` when ``expr`` is a bitwise operation or shift, written as a
+    node (``a ^ b``) or as a call (``T.shift_right(a, b)``); else None."""
+    kind = type(expr)
+    name = BITWISE_TYPE_OPERATIONS.get(kind.__name__)
+    if name is not None:
+        return name, expr.a, expr.b
+    if kind is ir.expr.Call and isinstance(expr.op, ir.Op):
+        args = expr.args
+        name = BITWISE_CALL_OPERATIONS.get(expr.op.name)
+        if name is not None and len(args) == 2:
+            return name, args[0], args[1]
+    return None
+
+
 def compile_program(expr: Any, slots: Mapping[int, int], opcodes: Mapping[str, int]) -> list[int]:
     """The postfix program of ``expr``. ``slots`` maps ``hash(var)`` (a TIR variable's
     handle) to its axis position; ``opcodes`` is the core's numbering."""
@@ -91,9 +107,12 @@ def _emit(expr: Any, slots: Mapping[int, int], ops: Mapping[str, int], code: lis
         return False
     if kind is tirx.Cast:
         return _emit(expr.value, slots, ops, code)
-    name = BINARY_OPERATIONS.get(kind) or BITWISE_TYPE_OPERATIONS.get(kind.__name__)
+    name = BINARY_OPERATIONS.get(kind)
     if name is not None:
         return _binary(name, expr.a, expr.b, slots, ops, code)
+    bitwise = bitwise_parts(expr)
+    if bitwise is not None:
+        return _binary(*bitwise, slots, ops, code)
     if kind is tirx.Not:
         _emit(expr.a, slots, ops, code)
         code.append(ops["not"])
@@ -106,8 +125,6 @@ def _emit(expr: Any, slots: Mapping[int, int], ops: Mapping[str, int], code: lis
     if kind is ir.expr.Call and isinstance(expr.op, ir.Op):
         call = expr.op.name
         args = expr.args
-        if call in BITWISE_CALL_OPERATIONS and len(args) == 2:
-            return _binary(BITWISE_CALL_OPERATIONS[call], args[0], args[1], slots, ops, code)
         if call == "tirx.if_then_else" and len(args) == 3:
             _emit(args[0], slots, ops, code)
             both = _emit(args[1], slots, ops, code) & _emit(args[2], slots, ops, code)

@@ -27,6 +27,7 @@ from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
 from tilewave.analysis.index_enumeration import ANY, FAR, enumerate_no_overlap
+from tilewave.analysis.interval_bounds import apart_with_loops_fixed
 from tilewave.ir.walker import TIRMutator, post_order_visit, substitute
 
 if TYPE_CHECKING:
@@ -235,6 +236,11 @@ def prove_no_overlap(
     aligned = {
         la.loop: v for la, _ in common for k, v in (iterations or {}).items() if k.same_as(la.loop)
     }
+    # cheapest first: index ranges with the related loops at their values
+    if apart_with_loops_fixed(
+        a, b, thread_extents, common, aligned, positions or {}, finished or {}
+    ):
+        return True
     verdict = enumerate_no_overlap(
         a, b, thread_extents, aligned, same_thread_ordered, positions, finished
     )

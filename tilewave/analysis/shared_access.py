@@ -52,6 +52,7 @@ from tilewave.analysis.hopper_ops import (
     tma_load_destination,
     wgmma_descriptor_operands,
 )
+from tilewave.analysis.interval_bounds import interval_of, interval_tree, variable_ranges
 from tilewave.analysis.region_proof import ANY, FAR, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
 from tilewave.analysis.storage_identity import (
@@ -540,52 +541,6 @@ def repeated_loops(body: Any) -> set[Any]:
 # Regions
 
 
-def _bounds(expr: Any, ranges: Mapping[Any, tuple[int, int]]) -> tuple[int, int] | None:
-    """Inclusive integer bounds of ``expr`` given inclusive bounds of its variables."""
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value), int(expr.value)
-    if isinstance(expr, ir.expr.Var):
-        for var, rng in ranges.items():
-            if expr.same_as(var):
-                return rng
-        return None
-    if isinstance(expr, tirx.Cast):
-        return _bounds(expr.value, ranges)
-    if isinstance(expr, (tirx.Add, tirx.Sub, tirx.Mul, tirx.Min, tirx.Max)):
-        a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
-        if a is None or b is None:
-            return None
-        if isinstance(expr, tirx.Add):
-            return a[0] + b[0], a[1] + b[1]
-        if isinstance(expr, tirx.Sub):
-            return a[0] - b[1], a[1] - b[0]
-        if isinstance(expr, tirx.Min):
-            return min(a[0], b[0]), min(a[1], b[1])
-        if isinstance(expr, tirx.Max):
-            return max(a[0], b[0]), max(a[1], b[1])
-        products = [x * y for x in a for y in b]
-        return min(products), max(products)
-    if isinstance(expr, (tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor)):
-        # non-negative operands: `&` stays below both, `|` and `^` below the next power of 2
-        # (XOR-swizzled tile indices, `(c ^ row % 8) * 4`)
-        a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
-        if a is None or b is None or min(a[0], b[0]) < 0:
-            return None
-        if isinstance(expr, tirx.BitwiseAnd):
-            return 0, min(a[1], b[1])
-        return 0, (1 << max(a[1], b[1]).bit_length()) - 1
-    if isinstance(expr, (tirx.FloorMod, tirx.FloorDiv)):
-        a, b = _bounds(expr.a, ranges), _bounds(expr.b, ranges)
-        if a is None or b is None or b[0] != b[1] or b[0] <= 0:
-            return None
-        if isinstance(expr, tirx.FloorDiv):
-            return a[0] // b[0], a[1] // b[0]
-        if a[0] >= 0 and a[1] < b[0]:
-            return a
-        return 0, b[0] - 1
-    return None
-
-
 def _linear(expr: Any) -> tuple[dict[Any, int], Any] | None:
     """Split ``expr`` as ``sum(c_i * v_i) + rest`` over variables; ``rest`` is a constant.
 
@@ -619,19 +574,8 @@ def _linear(expr: Any) -> tuple[dict[Any, int], Any] | None:
     return None
 
 
-def _ranges_of(access: SharedAccess, thread_extents: Mapping[Any, int]) -> dict[Any, tuple]:
-    ranges: dict[Any, tuple[int, int]] = {}
-    for var, ext in thread_extents.items():
-        if ext > 0:
-            ranges[var] = (0, ext - 1)
-    for loop in access.loops:
-        if loop.min is not None and loop.extent is not None and loop.extent > 0:
-            ranges[loop.var] = (loop.min, loop.min + loop.extent - 1)
-    return ranges
-
-
 def _thread_part(
-    index: Any, thread_extents: Mapping[Any, int], ranges: Mapping[Any, tuple[int, int]]
+    index: Any, thread_extents: Mapping[Any, int], ranges: Mapping[int, tuple[int, int]]
 ) -> tuple[dict[Any, int], tuple[int, int]] | None:
     """The thread-index terms of ``index`` if they map thread tuples injectively.
 
@@ -652,7 +596,7 @@ def _thread_part(
     for var, c in coeffs.items():
         if hash(var) in threads:
             continue
-        rng = _bounds(var, ranges)
+        rng = ranges.get(hash(var))
         if rng is None:
             return None
         lo, hi = sorted((c * rng[0], c * rng[1]))
@@ -835,10 +779,10 @@ def _index_facts(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _In
         shared, thread_extents
     )
     if not found:
-        ranges = _ranges_of(access, thread_extents)
+        ranges = variable_ranges(access, thread_extents)
         indices = access.resolved_indices or ()
         facts = _IndexFacts(
-            tuple(_bounds(x, ranges) for x in indices),
+            tuple(interval_of(interval_tree(x), ranges) for x in indices),
             tuple(_thread_part(x, thread_extents, ranges) for x in indices),
         )
         if shared is not None:

@@ -1,0 +1,395 @@
+"""Integer interval bounds of index expressions, and disjointness by them.
+
+The cheapest proof that two shared accesses never touch a common element is an index
+dimension whose value ranges do not meet. :mod:`tilewave.analysis.shared_access` asks it
+once per access pair with every loop variable free. :func:`apart_with_loops_fixed` asks it
+again for one question of the barrier pass or the verifier, with the loops that question
+relates set to their values: a loop both accesses run in at a known iteration distance, a
+loop the later access entered a known number of iterations ago, a loop the earlier one
+left a known number of iterations before its end. A ring buffer's stage offsets,
+``(k + 2) % 3 * 4096`` against ``k % 3 * 4096`` one iteration apart, then become
+constants, and the pair is decided without enumerating its threads.
+
+Expressions are read once into plain tuples (:func:`interval_tree`) so that evaluating
+them again under other variable ranges does not go back through the FFI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tvm import ir, tirx
+
+from tilewave.analysis.index_enumeration import ANY, FAR, index_period
+from tilewave.analysis.index_program import bitwise_parts
+
+if TYPE_CHECKING:
+    from tilewave.analysis.access_model import LoopRange, SharedAccess
+
+__all__ = [
+    "Bounds",
+    "apart_with_loops_fixed",
+    "interval_of",
+    "interval_tree",
+    "variable_ranges",
+]
+
+#: inclusive ``(low, high)``
+Bounds = tuple[int, int]
+
+#: an expression as nested tuples: ``("c", value)``, ``("v", handle)``, ``("cast", x)``,
+#: ``(operation, x, y)``, ``("k", low, high)`` (a part already bounded); ``None`` where
+#: nothing is known (a load, an unknown call)
+IntervalTree = tuple[Any, ...] | None
+
+_BINARY_NAMES: dict[type, str] = {
+    tirx.Add: "add",
+    tirx.Sub: "sub",
+    tirx.Mul: "mul",
+    tirx.Min: "min",
+    tirx.Max: "max",
+    tirx.FloorDiv: "floordiv",
+    tirx.FloorMod: "floormod",
+}
+
+
+def interval_tree(expr: Any) -> IntervalTree:
+    """``expr`` as nested tuples for :func:`interval_of` (variables by handle)."""
+    kind = type(expr)
+    if kind is tirx.IntImm:
+        return ("c", int(expr.value))
+    if isinstance(expr, ir.expr.Var):
+        return ("v", hash(expr))
+    if kind is tirx.Cast:
+        return ("cast", interval_tree(expr.value))
+    name = _BINARY_NAMES.get(kind)
+    if name is not None:
+        return (name, interval_tree(expr.a), interval_tree(expr.b))
+    bitwise = bitwise_parts(expr)
+    if bitwise is not None:
+        operation, a, b = bitwise
+        return (operation, interval_tree(a), interval_tree(b))
+    return None
+
+
+def interval_of(tree: IntervalTree, ranges: Mapping[int, Bounds]) -> Bounds | None:
+    """Inclusive bounds of ``tree`` given inclusive bounds of its variables (keyed by
+    handle); ``None`` when some part is unbounded or unknown."""
+    if tree is None:
+        return None
+    op = tree[0]
+    if op == "c":
+        return tree[1], tree[1]
+    if op == "k":
+        return tree[1], tree[2]
+    if op == "v":
+        return ranges.get(tree[1])
+    a = interval_of(tree[1], ranges)
+    if a is None or op == "cast":
+        return a
+    b = interval_of(tree[2], ranges)
+    if b is None:
+        return None
+    return _COMBINE[op](a, b)
+
+
+def _reduced(
+    tree: IntervalTree, ranges: Mapping[int, Bounds], kept: frozenset[int]
+) -> IntervalTree:
+    """``tree`` with every part that reads none of the variables ``kept`` replaced by its
+    bounds under ``ranges`` (so evaluating it again for values of ``kept`` is short)."""
+    if tree is None or tree[0] in ("c", "k"):
+        return tree
+    if tree[0] == "v":
+        if tree[1] in kept:
+            return tree
+        bounds = ranges.get(tree[1])
+        return None if bounds is None else ("k", *bounds)
+    children = [_reduced(child, ranges, kept) for child in tree[1:]]
+    if any(child is None for child in children):
+        return None
+    reduced = (tree[0], *children)
+    if all(child[0] in ("c", "k") for child in children if child is not None):
+        bounds = interval_of(reduced, ranges)
+        return None if bounds is None else ("k", *bounds)
+    return _merge_known_terms(reduced)
+
+
+def _merge_known_terms(tree: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``(x + k1) + k2`` as ``x + (k1 + k2)`` for bounded ``k1``, ``k2`` (sums of interval
+    bounds are exact, so the bounds do not change; a long sum keeps one node)."""
+    if tree[0] != "add":
+        return tree
+    left, right = tree[1], tree[2]
+    if left[0] in ("c", "k"):
+        left, right = right, left
+    if right[0] in ("c", "k") and left[0] == "add":
+        for inner, known in ((left[1], left[2]), (left[2], left[1])):
+            if known[0] in ("c", "k"):
+                total = interval_of(("add", known, right), {})
+                if total is not None:
+                    return ("add", inner, ("k", *total))
+    return tree
+
+
+def _product(a: Bounds, b: Bounds) -> Bounds:
+    products = [x * y for x in a for y in b]
+    return min(products), max(products)
+
+
+def _floordiv(a: Bounds, b: Bounds) -> Bounds | None:
+    if b[0] != b[1] or b[0] <= 0:
+        return None
+    return a[0] // b[0], a[1] // b[0]
+
+
+def _floormod(a: Bounds, b: Bounds) -> Bounds | None:
+    if b[0] != b[1] or b[0] <= 0:
+        return None
+    if a[0] // b[0] == a[1] // b[0]:  # one period: no wrap-around
+        return a[0] % b[0], a[1] % b[0]
+    return 0, b[0] - 1
+
+
+def _shift(left: bool) -> Callable[[Bounds, Bounds], Bounds | None]:
+    # a shift by a constant is floor division / multiplication by a power of two: monotone
+    # in the shifted value, whatever its sign (`row >> 1 & 3` in swizzles)
+    def combine(a: Bounds, b: Bounds) -> Bounds | None:
+        if b[0] != b[1] or not 0 <= b[0] < 32:
+            return None
+        if left:
+            return a[0] << b[0], a[1] << b[0]
+        return a[0] >> b[0], a[1] >> b[0]
+
+    return combine
+
+
+def _bitwise(is_and: bool) -> Callable[[Bounds, Bounds], Bounds | None]:
+    # non-negative operands: `&` stays below both, `|` and `^` below the next power of 2
+    # (XOR-swizzled tile indices, `(c ^ row % 8) * 4`)
+    def combine(a: Bounds, b: Bounds) -> Bounds | None:
+        if min(a[0], b[0]) < 0:
+            return None
+        if is_and:
+            return 0, min(a[1], b[1])
+        return 0, (1 << max(a[1], b[1]).bit_length()) - 1
+
+    return combine
+
+
+_COMBINE: dict[str, Callable[[Bounds, Bounds], Bounds | None]] = {
+    "add": lambda a, b: (a[0] + b[0], a[1] + b[1]),
+    "sub": lambda a, b: (a[0] - b[1], a[1] - b[0]),
+    "mul": _product,
+    "min": lambda a, b: (min(a[0], b[0]), min(a[1], b[1])),
+    "max": lambda a, b: (max(a[0], b[0]), max(a[1], b[1])),
+    "floordiv": _floordiv,
+    "floormod": _floormod,
+    "shl": _shift(left=True),
+    "shr": _shift(left=False),
+    "bitand": _bitwise(is_and=True),
+    "bitor": _bitwise(is_and=False),
+    "bitxor": _bitwise(is_and=False),
+}
+
+
+def variable_ranges(access: SharedAccess, thread_extents: Mapping[Any, int]) -> dict[int, Bounds]:
+    """Bounds of the variables ``access``'s indices may use, by handle: thread indices of
+    known extent and the enclosing loops with constant bounds."""
+    ranges: dict[int, Bounds] = {}
+    for var, ext in thread_extents.items():
+        if ext > 0:
+            ranges[hash(var)] = (0, ext - 1)
+    for loop in access.loops:
+        if loop.min is not None and loop.extent is not None and loop.extent > 0:
+            ranges[hash(loop.var)] = (loop.min, loop.min + loop.extent - 1)
+    return ranges
+
+
+_TREES: weakref.WeakKeyDictionary[SharedAccess, tuple[IntervalTree, ...]] = (
+    weakref.WeakKeyDictionary()
+)
+_REDUCED: weakref.WeakKeyDictionary[SharedAccess, dict[Any, tuple[IntervalTree, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+_PERIODS: weakref.WeakKeyDictionary[SharedAccess, dict[int, int | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+#: at most this many combinations of fixed loop values are tried per question
+MAX_COMBINATIONS = 64
+#: a loop whose index period is unknown is fixed only when it has this few iterations
+_MAX_UNPERIODIC_VALUES = 8
+
+#: one way to fix the loops: new ranges for ``a``'s variables and for ``b``'s
+_Fix = tuple[dict[int, Bounds], dict[int, Bounds]]
+
+
+def _trees(access: SharedAccess) -> tuple[IntervalTree, ...]:
+    trees = _TREES.get(access)
+    if trees is None:
+        trees = _TREES[access] = tuple(interval_tree(x) for x in access.resolved_indices or ())
+    return trees
+
+
+def _reduced_trees(
+    access: SharedAccess, thread_extents: Mapping[Any, int], kept: frozenset[int]
+) -> tuple[IntervalTree, ...]:
+    """``access``'s index trees with everything but the variables ``kept`` bounded."""
+    key = (tuple((hash(v), e) for v, e in thread_extents.items()), kept)
+    reduced = _REDUCED.setdefault(access, {})
+    found = reduced.get(key)
+    if found is None:
+        ranges = variable_ranges(access, thread_extents)
+        found = reduced[key] = tuple(_reduced(t, ranges, kept) for t in _trees(access))
+    return found
+
+
+def _access_period(access: SharedAccess, var: Any) -> int | None:
+    """A period in ``var`` of every index of ``access`` (None: not periodic)."""
+    periods = _PERIODS.setdefault(access, {})
+    key = hash(var)
+    if key not in periods:
+        period: int | None = 1
+        for index in access.resolved_indices or ():
+            part = index_period(index, var)
+            if part is None:
+                period = None
+                break
+            period = math.lcm(period, part)
+        periods[key] = period
+    return periods[key]
+
+
+def _has_constant_bounds(loop: LoopRange) -> bool:
+    return loop.min is not None and loop.extent is not None and loop.step is not None
+
+
+def _tied_fixes(
+    a: SharedAccess, b: SharedAccess, la: LoopRange, lb: LoopRange, distances: Iterable[int]
+) -> list[_Fix] | None:
+    """Value pairs of a loop both accesses run in, ``b`` exactly ``d`` iterations after
+    ``a`` for each ``d`` in ``distances``: every iteration, or one per residue of the
+    indices' period. None when the loop cannot be fixed (the caller leaves it free)."""
+    if not _has_constant_bounds(la) or la.step == 0:
+        return None
+    pa, pb = _access_period(a, la.var), _access_period(b, lb.var)
+    period = None if pa is None or pb is None else math.lcm(pa, pb)
+    step, start = int(la.step), int(la.min)
+    fixes: list[_Fix] = []
+    for d in distances:
+        count = int(la.extent) - d  # iterations i of a with an iteration i + d of b
+        if period is not None:
+            count = min(count, period // math.gcd(period, abs(step)))
+        elif count > _MAX_UNPERIODIC_VALUES:
+            return None
+        for i in range(max(count, 0)):
+            va, vb = start + i * step, start + (i + d) * step
+            fixes.append(({hash(la.var): (va, va)}, {hash(lb.var): (vb, vb)}))
+    return fixes
+
+
+def _one_side_fix(loop: LoopRange, iteration: int, *, of_b: bool) -> list[_Fix] | None:
+    """Fixes for a loop only one access runs in: iteration ``iteration`` (counted from the
+    start for ``b``'s loops, from the end for ``a``'s), or ``FAR`` and beyond."""
+    if not _has_constant_bounds(loop) or iteration > FAR or iteration >= int(loop.extent):
+        return None
+    first, step = int(loop.min), int(loop.step)
+    last = first + (int(loop.extent) - 1) * step
+    if iteration < FAR:
+        value = first + iteration * step if of_b else last - iteration * step
+        bounds: Bounds = (value, value)
+    elif step > 0:  # FAR or more iterations in
+        bounds = (first + FAR * step, last) if of_b else (first, last - FAR * step)
+    else:
+        return None
+    update = {hash(loop.var): bounds}
+    return [({}, update)] if of_b else [(update, {})]
+
+
+def _loop_fixes(
+    a: SharedAccess,
+    b: SharedAccess,
+    common: Sequence[tuple[LoopRange, LoopRange]],
+    iterations: Mapping[Any, frozenset[int]],
+    positions: Mapping[Any, int],
+    finished: Mapping[Any, int],
+) -> list[list[_Fix]]:
+    """Per relating loop, the alternative fixes that together cover every pair the
+    question allows."""
+    per_loop: list[list[_Fix]] = []
+    for la, lb in common:
+        distances = iterations.get(la.loop, frozenset({ANY}))
+        if distances and all(0 <= d < FAR for d in distances):
+            fixes = _tied_fixes(a, b, la, lb, sorted(distances))
+            if fixes is not None:
+                per_loop.append(fixes)
+
+    def only_in(loops: Sequence[LoopRange], other: Sequence[LoopRange]) -> list[LoopRange]:
+        return [
+            lp
+            for lp in loops
+            if lp.loop is not None
+            and not any(o.loop is not None and o.loop.same_as(lp.loop) for o in other)
+        ]
+
+    for lb in only_in(b.loops, a.loops):
+        fix = _one_side_fix(lb, positions.get(lb.loop, ANY), of_b=True)
+        if fix is not None:
+            per_loop.append(fix)
+    for la in only_in(a.loops, b.loops):
+        fix = _one_side_fix(la, finished.get(la.loop, ANY), of_b=False)
+        if fix is not None:
+            per_loop.append(fix)
+    return per_loop
+
+
+def apart_with_loops_fixed(
+    a: SharedAccess,
+    b: SharedAccess,
+    thread_extents: Mapping[Any, int],
+    common: Sequence[tuple[LoopRange, LoopRange]],
+    iterations: Mapping[Any, frozenset[int]],
+    positions: Mapping[Any, int],
+    finished: Mapping[Any, int],
+) -> bool:
+    """True when, for every way the question lets the relating loops run, some index
+    dimension of ``a`` and ``b`` has value ranges that do not meet (so no thread of one
+    touches an element of the other). False: not shown (no loop is fixed, a dimension is
+    unbounded, too many combinations, or the ranges meet).
+
+    ``common``: the aligned loops around both
+    (:func:`~tilewave.analysis.region_proof.common_loops`); ``iterations``: their possible
+    distances, keyed by ``For``; ``positions`` /
+    ``finished``: as for :func:`~tilewave.analysis.region_proof.prove_no_overlap`. Path
+    conditions are ignored (a superset of the pairs), which keeps the answer sound.
+    """
+    if a.resolved_indices is None or b.resolved_indices is None:
+        return False
+    per_loop = _loop_fixes(a, b, common, iterations, positions, finished)
+    if not per_loop or math.prod(len(fixes) for fixes in per_loop) > MAX_COMBINATIONS:
+        return False
+    kept_a = frozenset(h for fixes in per_loop for fix_a, _ in fixes for h in fix_a)
+    kept_b = frozenset(h for fixes in per_loop for _, fix_b in fixes for h in fix_b)
+    trees_a = _reduced_trees(a, thread_extents, kept_a)
+    trees_b = _reduced_trees(b, thread_extents, kept_b)
+    for combo in itertools.product(*per_loop):
+        ranges_a: dict[int, Bounds] = {}
+        ranges_b: dict[int, Bounds] = {}
+        for fix_a, fix_b in combo:
+            ranges_a.update(fix_a)
+            ranges_b.update(fix_b)
+        if not any(
+            _apart(interval_of(ta, ranges_a), interval_of(tb, ranges_b))
+            for ta, tb in zip(trees_a, trees_b, strict=True)
+        ):
+            return False
+    return True
+
+
+def _apart(x: Bounds | None, y: Bounds | None) -> bool:
+    return x is not None and y is not None and (x[1] < y[0] or y[1] < x[0])
