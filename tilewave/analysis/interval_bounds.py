@@ -16,6 +16,7 @@ them again under other variable ranges does not go back through the FFI.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import weakref
@@ -213,7 +214,8 @@ def variable_ranges(access: SharedAccess, thread_extents: Mapping[Any, int]) -> 
 _TREES: weakref.WeakKeyDictionary[SharedAccess, tuple[IntervalTree, ...]] = (
     weakref.WeakKeyDictionary()
 )
-_REDUCED: weakref.WeakKeyDictionary[SharedAccess, dict[Any, tuple[IntervalTree, ...]]] = (
+#: per access: reduced index trees and bounds under fixed loop values (see `_bounds_with`)
+_BOUNDS: weakref.WeakKeyDictionary[SharedAccess, dict[Any, tuple[Any, ...]]] = (
     weakref.WeakKeyDictionary()
 )
 _PERIODS: weakref.WeakKeyDictionary[SharedAccess, dict[int, int | None]] = (
@@ -225,8 +227,8 @@ MAX_COMBINATIONS = 64
 #: a loop whose index period is unknown is fixed only when it has this few iterations
 _MAX_UNPERIODIC_VALUES = 8
 
-#: one way to fix the loops: new ranges for ``a``'s variables and for ``b``'s
-_Fix = tuple[dict[int, Bounds], dict[int, Bounds]]
+#: one way to fix the loops: ranges for some of ``a``'s variables and of ``b``'s (by handle)
+_Fix = tuple[tuple[tuple[int, Bounds], ...], tuple[tuple[int, Bounds], ...]]
 
 
 def _trees(access: SharedAccess) -> tuple[IntervalTree, ...]:
@@ -236,16 +238,28 @@ def _trees(access: SharedAccess) -> tuple[IntervalTree, ...]:
     return trees
 
 
-def _reduced_trees(
-    access: SharedAccess, thread_extents: Mapping[Any, int], kept: frozenset[int]
-) -> tuple[IntervalTree, ...]:
-    """``access``'s index trees with everything but the variables ``kept`` bounded."""
-    key = (tuple((hash(v), e) for v, e in thread_extents.items()), kept)
-    reduced = _REDUCED.setdefault(access, {})
-    found = reduced.get(key)
+def _bounds_with(
+    access: SharedAccess,
+    extents_key: tuple[tuple[int, int], ...],
+    thread_extents: Mapping[Any, int],
+    fixed: tuple[tuple[int, Bounds], ...],
+) -> tuple[Bounds | None, ...]:
+    """Bounds of each index of ``access`` with the variables ``fixed`` set to their ranges.
+
+    Remembered per access: one access meets many others at the same few loop values. The
+    index trees are first reduced to what reads the fixed variables (the rest bounded once).
+    """
+    memo = _BOUNDS.setdefault(access, {})
+    found = memo.get((extents_key, fixed))
     if found is None:
-        ranges = variable_ranges(access, thread_extents)
-        found = reduced[key] = tuple(_reduced(t, ranges, kept) for t in _trees(access))
+        kept = frozenset(handle for handle, _ in fixed)
+        reduced_key = (extents_key, kept)
+        trees = memo.get(reduced_key)
+        if trees is None:
+            ranges = variable_ranges(access, thread_extents)
+            trees = memo[reduced_key] = tuple(_reduced(t, ranges, kept) for t in _trees(access))
+        values = dict(fixed)
+        found = memo[(extents_key, fixed)] = tuple(interval_of(t, values) for t in trees)
     return found
 
 
@@ -279,18 +293,26 @@ def _tied_fixes(
         return None
     pa, pb = _access_period(a, la.var), _access_period(b, lb.var)
     period = None if pa is None or pb is None else math.lcm(pa, pb)
-    step, start = int(la.step), int(la.min)
-    fixes: list[_Fix] = []
+    pairs = _tied_values(int(la.min), int(la.extent), int(la.step), period, tuple(distances))
+    if pairs is None:
+        return None
+    ha, hb = hash(la.var), hash(lb.var)
+    return [(((ha, (va, va)),), ((hb, (vb, vb)),)) for va, vb in pairs]
+
+
+@functools.lru_cache(maxsize=1024)
+def _tied_values(
+    start: int, extent: int, step: int, period: int | None, distances: tuple[int, ...]
+) -> tuple[tuple[int, int], ...] | None:
+    pairs: list[tuple[int, int]] = []
     for d in distances:
-        count = int(la.extent) - d  # iterations i of a with an iteration i + d of b
+        count = extent - d  # iterations i of a with an iteration i + d of b
         if period is not None:
             count = min(count, period // math.gcd(period, abs(step)))
         elif count > _MAX_UNPERIODIC_VALUES:
             return None
-        for i in range(max(count, 0)):
-            va, vb = start + i * step, start + (i + d) * step
-            fixes.append(({hash(la.var): (va, va)}, {hash(lb.var): (vb, vb)}))
-    return fixes
+        pairs += [(start + i * step, start + (i + d) * step) for i in range(max(count, 0))]
+    return tuple(pairs)
 
 
 def _one_side_fix(loop: LoopRange, iteration: int, *, of_b: bool) -> list[_Fix] | None:
@@ -307,8 +329,8 @@ def _one_side_fix(loop: LoopRange, iteration: int, *, of_b: bool) -> list[_Fix] 
         bounds = (first + FAR * step, last) if of_b else (first, last - FAR * step)
     else:
         return None
-    update = {hash(loop.var): bounds}
-    return [({}, update)] if of_b else [(update, {})]
+    update = ((hash(loop.var), bounds),)
+    return [((), update)] if of_b else [(update, ())]
 
 
 def _loop_fixes(
@@ -373,20 +395,13 @@ def apart_with_loops_fixed(
     per_loop = _loop_fixes(a, b, common, iterations, positions, finished)
     if not per_loop or math.prod(len(fixes) for fixes in per_loop) > MAX_COMBINATIONS:
         return False
-    kept_a = frozenset(h for fixes in per_loop for fix_a, _ in fixes for h in fix_a)
-    kept_b = frozenset(h for fixes in per_loop for _, fix_b in fixes for h in fix_b)
-    trees_a = _reduced_trees(a, thread_extents, kept_a)
-    trees_b = _reduced_trees(b, thread_extents, kept_b)
+    extents_key = tuple((hash(v), e) for v, e in thread_extents.items())
     for combo in itertools.product(*per_loop):
-        ranges_a: dict[int, Bounds] = {}
-        ranges_b: dict[int, Bounds] = {}
-        for fix_a, fix_b in combo:
-            ranges_a.update(fix_a)
-            ranges_b.update(fix_b)
-        if not any(
-            _apart(interval_of(ta, ranges_a), interval_of(tb, ranges_b))
-            for ta, tb in zip(trees_a, trees_b, strict=True)
-        ):
+        fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
+        fixed_b = tuple(sorted(item for _, fix_b in combo for item in fix_b))
+        bounds_a = _bounds_with(a, extents_key, thread_extents, fixed_a)
+        bounds_b = _bounds_with(b, extents_key, thread_extents, fixed_b)
+        if not any(_apart(x, y) for x, y in zip(bounds_a, bounds_b, strict=True)):
             return False
     return True
 
