@@ -20,7 +20,7 @@ import functools
 import itertools
 import math
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tvm import ir, tirx
@@ -211,17 +211,6 @@ def variable_ranges(access: SharedAccess, thread_extents: Mapping[Any, int]) -> 
     return ranges
 
 
-_TREES: weakref.WeakKeyDictionary[SharedAccess, tuple[IntervalTree, ...]] = (
-    weakref.WeakKeyDictionary()
-)
-#: per access: reduced index trees and bounds under fixed loop values (see `_bounds_with`)
-_BOUNDS: weakref.WeakKeyDictionary[SharedAccess, dict[Any, tuple[Any, ...]]] = (
-    weakref.WeakKeyDictionary()
-)
-_PERIODS: weakref.WeakKeyDictionary[SharedAccess, dict[int, int | None]] = (
-    weakref.WeakKeyDictionary()
-)
-
 #: at most this many combinations of fixed loop values are tried per question
 MAX_COMBINATIONS = 64
 #: a loop whose index period is unknown is fixed only when it has this few iterations
@@ -231,11 +220,38 @@ _MAX_UNPERIODIC_VALUES = 8
 _Fix = tuple[tuple[tuple[int, Bounds], ...], tuple[tuple[int, Bounds], ...]]
 
 
-def _trees(access: SharedAccess) -> tuple[IntervalTree, ...]:
-    trees = _TREES.get(access)
-    if trees is None:
-        trees = _TREES[access] = tuple(interval_tree(x) for x in access.resolved_indices or ())
-    return trees
+class _Shape:
+    """What the screen remembers of one footprint (equal footprints are one object, and
+    accesses of many statements share one): its index trees, the variables they read, its
+    periods per loop variable, and its bounds under fixed loop values."""
+
+    def __init__(self, access: SharedAccess) -> None:
+        self.trees = tuple(interval_tree(x) for x in access.resolved_indices or ())
+        self.reads = frozenset(h for tree in self.trees for h in _handles(tree))
+        self.periods: dict[int, int | None] = {}
+        #: reduced trees by (thread extents, kept variables); bounds by (extents, fixes)
+        self.memo: dict[Any, tuple[Any, ...]] = {}
+
+
+_SHAPES: weakref.WeakKeyDictionary[Any, _Shape] = weakref.WeakKeyDictionary()
+
+
+def _shape(access: SharedAccess) -> _Shape:
+    key = access.footprint if access.footprint is not None else access
+    shape = _SHAPES.get(key)
+    if shape is None:
+        shape = _SHAPES[key] = _Shape(access)
+    return shape
+
+
+def _handles(tree: IntervalTree) -> Iterator[int]:
+    if tree is None or tree[0] in ("c", "k"):
+        return
+    if tree[0] == "v":
+        yield tree[1]
+        return
+    for child in tree[1:]:
+        yield from _handles(child)
 
 
 def _bounds_with(
@@ -246,10 +262,12 @@ def _bounds_with(
 ) -> tuple[Bounds | None, ...]:
     """Bounds of each index of ``access`` with the variables ``fixed`` set to their ranges.
 
-    Remembered per access: one access meets many others at the same few loop values. The
-    index trees are first reduced to what reads the fixed variables (the rest bounded once).
+    Remembered per footprint: one access meets many others at the same few loop values.
+    The index trees are first reduced to what reads the fixed variables (the rest bounded
+    once).
     """
-    memo = _BOUNDS.setdefault(access, {})
+    shape = _shape(access)
+    memo = shape.memo
     found = memo.get((extents_key, fixed))
     if found is None:
         kept = frozenset(handle for handle, _ in fixed)
@@ -257,7 +275,7 @@ def _bounds_with(
         trees = memo.get(reduced_key)
         if trees is None:
             ranges = variable_ranges(access, thread_extents)
-            trees = memo[reduced_key] = tuple(_reduced(t, ranges, kept) for t in _trees(access))
+            trees = memo[reduced_key] = tuple(_reduced(t, ranges, kept) for t in shape.trees)
         values = dict(fixed)
         found = memo[(extents_key, fixed)] = tuple(interval_of(t, values) for t in trees)
     return found
@@ -265,7 +283,7 @@ def _bounds_with(
 
 def _access_period(access: SharedAccess, var: Any) -> int | None:
     """A period in ``var`` of every index of ``access`` (None: not periodic)."""
-    periods = _PERIODS.setdefault(access, {})
+    periods = _shape(access).periods
     key = hash(var)
     if key not in periods:
         period: int | None = 1
@@ -341,29 +359,31 @@ def _loop_fixes(
     positions: Mapping[Any, int],
     finished: Mapping[Any, int],
 ) -> list[list[_Fix]]:
-    """Per relating loop, the alternative fixes that together cover every pair the
-    question allows."""
+    """Per relating loop whose variable an index reads, the alternative fixes that
+    together cover every pair the question allows (a loop no index reads changes no
+    bound, so it is left free)."""
+    reads_a, reads_b = _shape(a).reads, _shape(b).reads
     per_loop: list[list[_Fix]] = []
     for la, lb in common:
+        if hash(la.var) not in reads_a and hash(lb.var) not in reads_b:
+            continue
         distances = iterations.get(la.loop, frozenset({ANY}))
         if distances and all(0 <= d < FAR for d in distances):
             fixes = _tied_fixes(a, b, la, lb, sorted(distances))
             if fixes is not None:
                 per_loop.append(fixes)
 
-    def only_in(loops: Sequence[LoopRange], other: Sequence[LoopRange]) -> list[LoopRange]:
-        return [
-            lp
-            for lp in loops
-            if lp.loop is not None
-            and not any(o.loop is not None and o.loop.same_as(lp.loop) for o in other)
-        ]
+    def only_in(loops: Sequence[LoopRange], reads: frozenset[int], other: Any) -> Iterator[Any]:
+        for lp in loops:
+            if hash(lp.var) in reads and lp.loop is not None:
+                if not any(o.loop is not None and o.loop.same_as(lp.loop) for o in other):
+                    yield lp
 
-    for lb in only_in(b.loops, a.loops):
+    for lb in only_in(b.loops, reads_b, a.loops):
         fix = _one_side_fix(lb, positions.get(lb.loop, ANY), of_b=True)
         if fix is not None:
             per_loop.append(fix)
-    for la in only_in(a.loops, b.loops):
+    for la in only_in(a.loops, reads_a, b.loops):
         fix = _one_side_fix(la, finished.get(la.loop, ANY), of_b=False)
         if fix is not None:
             per_loop.append(fix)
@@ -395,6 +415,8 @@ def apart_with_loops_fixed(
     per_loop = _loop_fixes(a, b, common, iterations, positions, finished)
     if not per_loop or math.prod(len(fixes) for fixes in per_loop) > MAX_COMBINATIONS:
         return False
+    if not all(per_loop):
+        return True  # a loop leaves no iteration pair: the accesses never meet
     extents_key = tuple((hash(v), e) for v, e in thread_extents.items())
     for combo in itertools.product(*per_loop):
         fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
