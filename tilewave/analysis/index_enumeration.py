@@ -22,6 +22,7 @@ conservative.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import itertools
@@ -486,6 +487,7 @@ class _Side:
             values = next((x for k, x in fixed.items() if k.same_as(lp.var)), None)
             axes.append((lp.var, self.free_values(lp) if values is None else values))
         size = int(np.prod([len(x) for _, x in axes], dtype=np.int64)) if axes else 1
+        full_size = size
         while sample and size > SAMPLE_POINTS:
             longest = max(range(len(axes)), key=lambda i: len(axes[i][1]))
             var, values = axes[longest]
@@ -493,12 +495,13 @@ class _Side:
             size = int(np.prod([len(x) for _, x in axes], dtype=np.int64))
         if size > MAX_POINTS:
             raise _NotEnumerable("too many points")
+        found = None
         native = self.native()
         if native is not None:
             found = native.points([x for _, x in axes], ties)
-            if found is not None:
-                return found
-        return _Points.of(*self._numpy_points(axes, ties))
+        if found is None:
+            found = _Points.of(*self._numpy_points(axes, ties))
+        return dataclasses.replace(found, cut=True) if size < full_size else found
 
     def native(self) -> _NativeSide | None:
         """This side's programs for the compiled core (None: no core, or an expression
@@ -710,6 +713,8 @@ class _Points:
     hi: np.ndarray
     #: the three as one array, where they were made as one
     joined: np.ndarray | None = None
+    #: only the first values of the space (a sample): finding no overlap proves nothing
+    cut: bool = False
 
     @classmethod
     def of(cls, keys: np.ndarray, threads: np.ndarray) -> _Points:
@@ -776,14 +781,18 @@ def enumerate_no_overlap(
     touch a common element through ``a`` and ``b`` under the given loop relations; False:
     some do; None: the index spaces are not finite and known (no answer).
 
-    Spaces too large to enumerate are searched in their first values for a witness (two
-    threads at one element): one found is an overlap of the whole spaces."""
+    Large spaces are first searched in their first values for a witness (two threads at
+    one element): one found is an overlap of the whole spaces; otherwise the whole spaces
+    are enumerated where they are not too large."""
     if a.resolved_indices is None or b.resolved_indices is None:
         return None
     relations = (thread_extents, iterations, same_thread_ordered, positions, finished)
-    verdict = _enumerated(a, b, *relations, sample=False)
-    if verdict is None and _enumerated(a, b, *relations, sample=True) is False:
-        return False
+    # the first values first: an overlap among them is an overlap of the whole spaces, and
+    # spaces small enough to be taken whole give the final answer (large overlapping tiles,
+    # a TMA write against a wgmma read of the same stage, then cost a sample, not the whole)
+    verdict = _enumerated(a, b, *relations, sample=True)
+    if verdict is None:
+        verdict = _enumerated(a, b, *relations, sample=False)
     return verdict
 
 
@@ -807,6 +816,7 @@ def _enumerated(
             if k.same_as(lp.loop)
         ]
         total = 0
+        cut = False
         for combo in itertools.product(*[opts for _, opts in options]):
             chosen = {loop: d for (loop, _), d in zip(options, combo, strict=True)}
             contexts, (ties_a, ties_b) = _contexts(
@@ -819,6 +829,7 @@ def _enumerated(
                 total += points_a.size + points_b.size
                 if total > MAX_POINTS:
                     return None
+                cut = cut or points_a.cut or points_b.cut
                 sides_a.append(points_a)
                 sides_b.append(points_b)
             if any(
@@ -826,6 +837,6 @@ def _enumerated(
                 for pa, pb in zip(sides_a, sides_b, strict=True)
             ):
                 return False
-        return None if sample else True
+        return None if cut else True
     except _NotEnumerable:
         return None
