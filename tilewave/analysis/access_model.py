@@ -141,6 +141,11 @@ class AccessScope:
         return frozenset(var for var, _ in self._binding_keys())
 
     @functools.cached_property
+    def binds_pointers(self) -> bool:
+        """Whether a pointer variable is bound in this scope (``p = T.address_of(S[i])``)."""
+        return any(isinstance(var.ty, ir.PointerType) for var, _ in self.bindings)
+
+    @functools.cached_property
     def _hash(self) -> int:
         return hash(self._identity)
 

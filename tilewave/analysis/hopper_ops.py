@@ -106,6 +106,8 @@ def mbarrier_implications(body: Any) -> dict[Any, set[Any]]:
     stage (completing on ``full``) has landed, since the consumers waited on ``full``
     before arriving on ``empty``."""
     implied: dict[Any, set[Any]] = {}
+    if not _uses_mbarriers(body):
+        return implied
 
     def actions(stmt: Any) -> list[tuple[str, Any]]:
         out: list[tuple[str, Any]] = []
@@ -130,6 +132,17 @@ def mbarrier_implications(body: Any) -> dict[Any, set[Any]]:
 
     post_order_visit(body, visit, (tirx.For,))
     return implied
+
+
+def _uses_mbarriers(body: Any) -> bool:
+    found = False
+
+    def check(node: Any) -> None:
+        nonlocal found
+        found = found or mbarrier_role(node) is not None
+
+    post_order_visit(body, check, (ir.expr.Call,))
+    return found
 
 
 def _branch_mbarriers(branch: Any) -> tuple[set[Any], set[Any]]:

@@ -69,10 +69,22 @@ def _analysable(expr: Any) -> bool:
 
     def check(node: Any) -> None:
         nonlocal ok
-        if isinstance(node, tirx.Cast):
+        kind = _node_kinds.get(type(node))
+        if kind is None:
+            # by class, once: `isinstance` on TVM node classes goes through ABCMeta
+            kind = _node_kinds[type(node)] = (
+                "cast" if issubclass(type(node), tirx.Cast)
+                else "arith" if issubclass(type(node), _ARITH_TYPES)
+                else "other"
+            )  # fmt: skip
+        if kind == "cast":
             ok = ok and str(node.ty).startswith(("int", "uint", "bool"))
-        elif not isinstance(node, _ARITH_TYPES):
+        elif kind == "other":
             ok = False
 
     post_order_visit(expr, check)
     return ok
+
+
+#: node class -> "cast", "arith" (allowed) or "other"
+_node_kinds: dict[type, str] = {}

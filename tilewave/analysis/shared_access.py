@@ -340,7 +340,7 @@ class _AccessCollector(TIRVisitor):
         """``node`` with each pointer variable bound in scope to a shared address
         (``p = T.address_of(S[i])``, then ``cp.async(p, ...)``) replaced by that address:
         the call reaches ``S`` through ``p`` as if it took the address itself."""
-        if not self._scope.bindings:
+        if not self._scope.binds_pointers:
             return node
         pointers: dict[Any, Any] = {}
 

@@ -30,6 +30,7 @@ from tvm import ir, tirx
 __all__ = [
     "TIRMutator",
     "TIRVisitor",
+    "expect_repeated_walks",
     "ffi_list",
     "forget_walks",
     "node_fields",
@@ -468,10 +469,24 @@ def _indexed_nodes(node: Any, types: tuple[type, ...]) -> list[Any] | None:
     if _WALKED_ONCE.pop(key, None) is None:
         _remember(_WALKED_ONCE, key, node)
         return None
+    return _index(node, key)
+
+
+def _index(node: Any, key: int) -> list[Any]:
     nodes: list[Any] = []
     _walk(node, nodes.append, _INDEXED_TYPES)
     _remember(_INDEXES, key, (node, nodes))
     return nodes
+
+
+def expect_repeated_walks(node: Any) -> None:
+    """Index statement ``node`` for :func:`post_order_visit` now: several analyses are
+    about to walk it (a kernel body), so its first walk builds the shared list instead of
+    walking it once without one."""
+    key = hash(node)
+    if key not in _INDEXES:
+        _WALKED_ONCE.pop(key, None)
+        _index(node, key)
 
 
 def forget_walks() -> None:

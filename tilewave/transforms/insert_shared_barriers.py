@@ -83,7 +83,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
     where,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import ffi_list, rebuild
+from tilewave.ir.walker import expect_repeated_walks, ffi_list, rebuild
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
 from tilewave.transforms.barrier_state import (
@@ -1080,6 +1080,7 @@ def insert_shared_barriers(
     info = get_target(target)
     split = _barrier_style(info, barrier_style)
     original = func.body  # (each `func.body` is a new Python wrapper: compare with same_as)
+    expect_repeated_walks(original)  # (a dozen per-kernel analyses walk it)
     start = commit_copy_runs(original, _func_name(func)) if info.is_cuda else original
     body = _Placer(func, info, split).place(start)
     if not start.same_as(original) and not needs_added_commits(body, original):
