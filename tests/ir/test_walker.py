@@ -404,6 +404,25 @@ def test_repeated_walks_of_a_statement_see_what_the_cpp_walk_sees(kernel):
     assert variables and len(variables) == len(_walked(body, (ir.expr.Var,)))
 
 
+def test_a_statement_expected_to_be_walked_again_is_indexed_at_once(monkeypatch):
+    from tilewave.ir import walker
+
+    body = every_node_kind.body
+    walker.forget_walks()
+    walker.expect_repeated_walks(body)
+    assert hash(body) in walker._INDEXES
+    expected = {types: [] for types in INDEXABLE_TYPE_SETS}
+    for types, found in expected.items():
+        walker._walk(body, found.append, types)
+    cpp_walks: list = []
+    original = walker._walk
+    monkeypatch.setattr(walker, "_walk", lambda *args: cpp_walks.append(args) or original(*args))
+    for types, found in expected.items():
+        got = _walked(body, types)  # the first walk, answered from the index
+        assert [n.same_as(e) for n, e in zip(got, found, strict=True)] == [True] * len(found)
+    assert cpp_walks == []
+
+
 def test_an_exception_in_an_indexed_walk_reaches_the_caller_unchanged():
     body = every_node_kind.body
     _walked(body, (tirx.BufferStore,))
