@@ -16,6 +16,7 @@ from tilewave.ir.walker import TIRVisitor, post_order_visit
 
 __all__ = [
     "SHARED_SCOPES",
+    "addresses_dynamic_shared",
     "buffer_scope",
     "is_buffer",
     "is_shared_buffer",
@@ -101,6 +102,23 @@ def shared_buffers_addressed(expr: Any) -> list[ir.expr.Var]:
     for call in finder.calls:
         collector.visit(call)
     return collector.buffers
+
+
+def addresses_dynamic_shared(stmt: Any) -> bool:
+    """Whether some call in ``stmt`` takes the address of a ``shared.dyn`` buffer (as
+    :func:`shared_buffers_addressed` would find, without its order: every address-taking
+    call is looked into, from the statement's shared walk)."""
+    calls: list[ir.expr.Call] = []
+
+    def check(node: ir.expr.Call) -> None:
+        if isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS:
+            calls.append(node)
+
+    post_order_visit(stmt, check, (ir.expr.Call,))
+    collector = _AddressCollector()
+    for call in calls:
+        collector.visit(call)
+    return any(buffer_scope(b) == "shared.dyn" for b in collector.buffers)
 
 
 def loads_local_buffer(exprs: list[Any]) -> bool:

@@ -81,7 +81,7 @@ from tilewave.analysis.uniformity import thread_conditions
 from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
 from tilewave.cyclic_gc import without_cyclic_gc
-from tilewave.ir.walker import ffi_list
+from tilewave.ir.walker import expect_repeated_walks, ffi_list
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -594,6 +594,7 @@ def _is_sync(stmt: Any) -> bool:
 
 
 def _build(func: Any) -> tuple[_Graph, dict[Any, int]]:
+    expect_repeated_walks(func.body)  # (the per-kernel analyses below each walk it)
     thread_extents = collect_thread_extents(func)
     name = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else None
     graph = _Graph(list(thread_extents), str(name) if name is not None else None)

@@ -44,7 +44,11 @@ from typing import Any
 import tvm
 from tvm import ir, tirx
 
-from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
+from tilewave.analysis.shared_buffers import (
+    SHARED_SCOPES,
+    addresses_dynamic_shared,
+    buffer_scope,
+)
 from tilewave.ir.walker import ffi_list, post_order_visit, walk_nodes
 
 __all__ = [
@@ -244,7 +248,7 @@ def dynamic_shared_placed_apart(func: tirx.PrimFunc) -> bool:
     planner (:func:`tilewave.transforms.shared_layout.plan_dynamic_shared`: in allocation
     order, without reuse), which it does when a statement takes the address of one of them;
     otherwise TVM's ``MergeSharedMemoryAllocations`` places them and may reuse memory."""
-    return any(buffer_scope(b) == _DYN for b in shared_buffers_addressed(func.body))
+    return addresses_dynamic_shared(func.body)
 
 
 def _data_source(data: Any) -> tuple[ir.expr.Var, Any] | None:

@@ -30,7 +30,11 @@ import tvm
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_access import AccessKind, SharedAccess, may_conflict
-from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, shared_buffers_addressed
+from tilewave.analysis.shared_buffers import (
+    SHARED_SCOPES,
+    addresses_dynamic_shared,
+    buffer_scope,
+)
 from tilewave.analysis.uniform_writes import stores_alike
 from tilewave.ir.walker import TIRVisitor, ffi_list
 
@@ -210,9 +214,7 @@ class SharedMemoryModel:
         if any(p.block is not None for p in walker.found.values()):
             self._lifetimes.visit(func.body)  # (no pooled allocation: no lifetime matters)
         #: tilewave lays dynamic shared memory out without reuse when one buffer is addressed
-        self._dynamic_apart = any(
-            buffer_scope(b) == "shared.dyn" for b in shared_buffers_addressed(func.body)
-        )
+        self._dynamic_apart = addresses_dynamic_shared(func.body)
         self._bytes: weakref.WeakKeyDictionary[SharedAccess, SharedAccess | None] = (
             weakref.WeakKeyDictionary()
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from tvm import ir, tirx
@@ -98,6 +99,8 @@ class UniformityProof:
         self._extents = collect_thread_extents(func)
         #: thread indices, and loop/Bind variables whose value may differ between threads
         self._per_thread: dict[Any, int] = dict(self._extents)
+        #: node handles of the ``_per_thread`` variables
+        self._per_thread_handles = {hash(v) for v in self._per_thread}
         self._premises: dict[int, list[Any]] = {}
         self._collect_premises(func.body, [])
         self._answers: dict[tuple[int, Any], tuple[Any, bool]] = {}
@@ -139,8 +142,9 @@ class UniformityProof:
                     held = [*held, stated]
             return
         defined = _definition(stmt)
-        if defined is not None and _varies(defined[1], self._per_thread):
+        if defined is not None and _varies(defined[1], self._per_thread_handles):
             self._per_thread[defined[0]] = 0
+            self._per_thread_handles.add(hash(defined[0]))
         for cond in _control_expressions(stmt):
             if isinstance(cond, (ir.expr.Var, tirx.IntImm)):
                 continue  # shared by many statements: no premise is known to hold at all
@@ -173,7 +177,7 @@ class UniformityProof:
 
     def _same_for_all(self, expr: Any, premises: list[Any], locals_: Any) -> bool:
         """Whether ``expr`` is proved equal in two arbitrary threads of the block."""
-        if not _varies(expr, self._per_thread):
+        if not _varies(expr, self._per_thread_handles):
             return True  # no thread index, per-thread variable, load or call
         locals_ = {hash(b) for b in locals_} if not isinstance(locals_, set) else locals_
         cond = expr
@@ -186,7 +190,7 @@ class UniformityProof:
             if extent > 0:
                 an.bind(var, ir.Range(0, extent))
                 an.bind(rename[var], ir.Range(0, extent))
-        thread_free = [p for p in premises if not _varies(p, self._per_thread)]
+        thread_free = [p for p in premises if not _varies(p, self._per_thread_handles)]
         multiples = _multiples(thread_free)
         if multiples:
             # `n % 16 == 0` as `n = 16 * n'`: the analyzer then sees `(ty + n) // 2 % 16`
@@ -202,7 +206,7 @@ class UniformityProof:
             loads = _Loads(self, rename, an, locals_)
             mine = loads.visit(cond)
             distinct = {a: b for a, b in loads.first if a is not b}
-            if not distinct and not _mentions(mine, self._per_thread):
+            if not distinct and not _mentions(mine, self._per_thread_handles):
                 return True  # the same expression in both threads
             theirs = substitute(mine, {**rename, **distinct})
             claim = tirx.EQ(mine, theirs) if str(mine.ty) != "bool" else tirx.Or(
@@ -236,29 +240,43 @@ def _multiples(premises: list[Any]) -> dict[Any, Any]:
     return out
 
 
-def _mentions(expr: Any, variables: Mapping[Any, Any]) -> bool:
+def _mentions(expr: Any, handles: AbstractSet[int]) -> bool:
+    return _reads(expr, handles, memory=False)
+
+
+def _varies(expr: Any, per_thread: AbstractSet[int]) -> bool:
+    """Whether ``expr`` reads a per-thread variable (``per_thread``: their node handles) or
+    memory (conservatively per thread)."""
+    return _reads(expr, per_thread, memory=True)
+
+
+def _reads(expr: Any, handles: AbstractSet[int], *, memory: bool) -> bool:
+    """Whether ``expr`` reads one of the variables whose node handles are ``handles``, or,
+    with ``memory``, a load or a call."""
     found = False
 
     def visit(node: Any) -> None:
         nonlocal found
-        if isinstance(node, ir.expr.Var) and any(node.same_as(v) for v in variables):
+        kind = _NODE_KINDS.get(type(node))
+        if kind is None:
+            # by class, once: `isinstance` on TVM node classes goes through ABCMeta
+            kind = _NODE_KINDS[type(node)] = (
+                "var" if issubclass(type(node), ir.expr.Var)
+                else "memory" if type(node).__name__ == "TensorLoad"
+                or issubclass(type(node), ir.expr.Call)
+                else "other"
+            )  # fmt: skip
+        if kind == "var":
+            found = found or hash(node) in handles
+        elif kind == "memory" and memory:
             found = True
 
     post_order_visit(expr, visit)
     return found
 
 
-def _varies(expr: Any, per_thread: Mapping[Any, int]) -> bool:
-    """Whether ``expr`` reads a per-thread variable or memory (conservatively per thread)."""
-    found = _mentions(expr, per_thread)
-
-    def visit(node: Any) -> None:
-        nonlocal found
-        if type(node).__name__ == "TensorLoad" or isinstance(node, ir.expr.Call):
-            found = True
-
-    post_order_visit(expr, visit)
-    return found
+#: node class -> "var", "memory" (a load or a call) or "other"
+_NODE_KINDS: dict[type, str] = {}
 
 
 def _definition(stmt: Any) -> tuple[Any, Any] | None:
