@@ -5,6 +5,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from tilewave.analysis.shared_buffers import (
+    addresses_dynamic_shared,
     buffer_scope,
     is_buffer,
     is_shared_buffer,
@@ -54,3 +55,20 @@ def test_each_buffer_reported_once_in_first_seen_order():
         tirx.call_intrin("handle", "tirx.buffer_data", D),
     )  # fmt: skip
     assert [b.name for b in shared_buffers_addressed(call)] == ["D", "S"]
+
+
+def _evaluate(*args):
+    return tirx.Evaluate(tirx.call_extern("void", "f", *args))
+
+
+def test_a_statement_addressing_a_dynamic_shared_buffer_is_told_apart():
+    dyn_address = tirx.call_intrin("handle", "tirx.address_of", tirx.BufferLoad(D, [I0]))
+    static_data = tirx.call_intrin("handle", "tirx.buffer_data", S)
+    nested = tirx.call_intrin(
+        "handle", "tirx.tvm_access_ptr", tirx.type_annotation("float32"), dyn_address, I0,
+        tirx.IntImm("int32", 64), 2,
+    )  # fmt: skip
+    assert addresses_dynamic_shared(tirx.SeqStmt([_evaluate(static_data), _evaluate(nested)]))
+    assert not addresses_dynamic_shared(_evaluate(static_data))
+    # a plain load of the dynamic buffer takes no address
+    assert not addresses_dynamic_shared(_evaluate(tirx.BufferLoad(D, [I0])))
