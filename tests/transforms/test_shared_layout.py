@@ -16,7 +16,8 @@ from tilewave.transforms.shared_layout import (
     CompactBufferAllocation,
     PlanSharedLayout,
     StorageRewrite,
-    _Unpin,
+    _pin,
+    _unpin,
     address_alignment,
     keep_addressed_shared,
     plan_dynamic_shared,
@@ -58,6 +59,27 @@ def addressed_ring(A: T.Buffer((256,), "float16")):
         plain[tx % 32] = T.float32(1)
 
 
+@T.prim_func
+def addressed_ring_pinned(A: T.Buffer((256,), "float16")):
+    T.func_attr({"global_symbol": "addressed_ring"})
+    for tx in T.thread_binding(64, thread="threadIdx.x"):
+        ring = T.alloc_buffer((4 * 64,), "float16", scope="shared.dyn")
+        T.evaluate(ring.data)
+        plain = T.alloc_buffer((64,), "float32", scope="shared")
+        if tx == 0:
+            for s in range(4):
+                T.ptx[BULK_STORE](T.address_of(A[s * 64]), T.address_of(ring[s * 64]), 128)
+        plain[tx % 32] = T.float32(1)
+        T.evaluate(ring.data)
+
+
+def test_pins_mark_an_addressed_buffer_after_its_allocation_and_at_its_scope_end():
+    ring = shared_buffers_addressed(addressed_ring.body)
+    pinned = addressed_ring.with_body(_pin(addressed_ring.body, ring))
+    tvm.ir.assert_structural_equal(pinned, addressed_ring_pinned, map_free_vars=True)
+    tvm.ir.assert_structural_equal(_unpin(pinned.body, ring), addressed_ring.body)
+
+
 def test_tvm_compaction_shrinks_an_addressed_ring():
     # before: TVM sizes the ring from its address_of expressions (3 stages + 1 element)
     compacted = _run(s_tir.transform.CompactBufferAllocation(), addressed_ring)
@@ -76,7 +98,7 @@ def _pins_ignored_then(tvm_pass):
 
     def drop_pins(mod, _ctx):
         funcs = {
-            gvar: func.with_body(_Unpin(shared_buffers_addressed(func.body)).visit(func.body))
+            gvar: func.with_body(_unpin(func.body, shared_buffers_addressed(func.body)))
             for gvar, func in mod.functions.items()
         }
         return tvm.IRModule(funcs, attrs=mod.attrs)

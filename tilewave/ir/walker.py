@@ -36,6 +36,7 @@ __all__ = [
     "node_fields",
     "post_order_visit",
     "rebuild",
+    "rebuild_seq",
     "replace_nodes",
     "rewrite_calls",
     "substitute",
@@ -280,7 +281,7 @@ class TIRMutator:
         if not changes:
             return node
         if isinstance(node, tirx.SeqStmt):
-            return _make_seq(changes["seq"], node)
+            return rebuild_seq(changes["seq"], node)
         return rebuild(node, changes)
 
     def _mutate_value(self, value: Any) -> Any:
@@ -300,7 +301,9 @@ class TIRMutator:
         return value
 
 
-def _make_seq(items: list[Any], original: tirx.SeqStmt) -> tirx.Stmt:
+def rebuild_seq(items: list[Any], original: tirx.SeqStmt) -> tirx.Stmt:
+    """``original`` with the statements ``items`` (``None``: deleted; nested sequences
+    flattened; no statement left: ``T.evaluate(0)``; one left: that statement)."""
     flat: list[tirx.Stmt] = []
     for item in items:
         if isinstance(item, tirx.SeqStmt):

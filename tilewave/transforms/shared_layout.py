@@ -44,7 +44,15 @@ from tvm import ir, s_tir, tirx
 from tilewave.analysis.shared_buffers import shared_buffers_addressed
 from tilewave.analysis.storage_identity import allocation_bytes
 from tilewave.errors import MalformedKernelError, where
-from tilewave.ir.walker import TIRMutator, TIRVisitor, ffi_list, post_order_visit, rebuild
+from tilewave.ir.walker import (
+    TIRMutator,
+    TIRVisitor,
+    ffi_list,
+    post_order_visit,
+    rebuild,
+    rebuild_seq,
+    replace_nodes,
+)
 
 __all__ = [
     "CompactBufferAllocation",
@@ -96,36 +104,55 @@ def _is_marker(stmt: Any, names: frozenset[str]) -> bool:
     return getattr(call.args[0], "name", None) in names
 
 
-class _Pin(TIRMutator):
-    """Adds ``T.evaluate(buf.data)`` after each pinned allocation and at its scope's end."""
+def _pin(body: Any, buffers: list[ir.expr.Var]) -> Any:
+    """``body`` with ``T.evaluate(buf.data)`` after each allocation of a pinned buffer and
+    at the end of the sequence it opens (the walk runs in C++ and calls Python only at
+    sequences)."""
+    handles = {hash(b) for b in buffers}
 
-    def __init__(self, buffers: list[ir.expr.Var]) -> None:
-        self.buffers = buffers
-
-    def visit_SeqStmt(self, node: tirx.SeqStmt) -> Any:
-        items: list[Any] = []
+    def rewrite(seq: tirx.SeqStmt) -> Any:
+        items = ffi_list(seq.seq)
+        if not any(type(s) is tirx.AllocBuffer and hash(s.buffer) in handles for s in items):
+            return None  # nothing pinned here: walk the children
+        out: list[Any] = []
         tail: list[Any] = []
-        changed = False
-        for stmt in ffi_list(node.seq):
-            new = self.visit(stmt)
-            changed |= new is not stmt
-            if new is not None:
-                items.append(new)
-            if isinstance(stmt, tirx.AllocBuffer) and any(
-                stmt.buffer.same_as(b) for b in self.buffers
-            ):
-                marker = tirx.Evaluate(_data_of(stmt.buffer))
-                items.append(marker)
+        for stmt in items:
+            out.append(_pin(stmt, buffers))
+            if type(stmt) is tirx.AllocBuffer and hash(stmt.buffer) in handles:
+                out.append(tirx.Evaluate(_data_of(stmt.buffer)))
                 tail.append(tirx.Evaluate(_data_of(stmt.buffer)))
-                changed = True
-        if not changed:
-            return node
-        return tirx.SeqStmt(items + tail[::-1])
+        return tirx.SeqStmt(out + tail[::-1])
+
+    return replace_nodes(body, tirx.SeqStmt, rewrite)
+
+
+def _unpin(body: Any, buffers: list[ir.expr.Var]) -> Any:
+    """``body`` without the markers :func:`_pin` added."""
+    names = frozenset(b.name for b in buffers)
+    out = _without_markers(body, names)
+    left: list[Any] = []
+    post_order_visit(out, lambda s: _is_marker(s, names) and left.append(s), (tirx.Evaluate,))
+    if left:  # a marker outside a sequence (a TVM pass folded one): the general rewrite
+        out = _Unpin(names).visit(out)
+    return out
+
+
+def _without_markers(body: Any, names: frozenset[str]) -> Any:
+    # sequences are rebuilt as TIRMutator rebuilds them (nested sequences flattened, one
+    # statement left: that statement); the walk between them runs in C++
+    def rewrite(seq: tirx.SeqStmt) -> Any:
+        items = ffi_list(seq.seq)
+        kept = [_without_markers(s, names) for s in items if not _is_marker(s, names)]
+        if len(kept) == len(items) and all(a is b for a, b in zip(kept, items, strict=True)):
+            return seq
+        return rebuild_seq(kept, seq)
+
+    return replace_nodes(body, tirx.SeqStmt, rewrite)
 
 
 class _Unpin(TIRMutator):
-    def __init__(self, buffers: list[ir.expr.Var]) -> None:
-        self.names = frozenset(b.name for b in buffers)
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
 
     def visit_Evaluate(self, node: tirx.Evaluate) -> Any:
         return None if _is_marker(node, self.names) else node
@@ -193,7 +220,7 @@ def keep_addressed_shared(
                 buffers = _addressed(func)
                 if buffers:
                     pinned[gvar.name_hint] = buffers
-                    staged[gvar] = func.with_body(_Pin(buffers).visit(func.body))
+                    staged[gvar] = func.with_body(_pin(func.body, buffers))
         if not pinned:
             return tvm_pass()(mod)
         mod = tvm.IRModule({**dict(mod.functions.items()), **staged}, attrs=mod.attrs)
@@ -204,7 +231,7 @@ def keep_addressed_shared(
             if isinstance(func, tirx.PrimFunc) and gvar.name_hint in pinned:
                 buffers = pinned[gvar.name_hint]
                 check_addressed_kept(originals[gvar.name_hint], func, buffers, name)
-                updates[gvar] = func.with_body(_Unpin(buffers).visit(func.body))
+                updates[gvar] = func.with_body(_unpin(func.body, buffers))
         return tvm.IRModule({**dict(mod.functions.items()), **updates}, attrs=mod.attrs)
 
     return tvm.transform.module_pass(transform, opt_level=0, name=name)
