@@ -161,16 +161,20 @@ class AccessScope:
 
     def within_loop(self, loop: LoopRange) -> AccessScope:
         """This scope inside one more loop."""
-        return AccessScope(
-            (*self.loops, loop), self.conditions, self.bindings, self.resolved_values,
-            self.binding_keys, self.in_while,
+        return self._same_bindings(
+            AccessScope(
+                (*self.loops, loop), self.conditions, self.bindings, self.resolved_values,
+                self.binding_keys, self.in_while,
+            )
         )
 
     def assuming(self, condition: Any, holds: bool = True) -> AccessScope:
         """This scope inside a branch on ``condition``."""
-        return AccessScope(
-            self.loops, (*self.conditions, (condition, holds)), self.bindings,
-            self.resolved_values, self.binding_keys, self.in_while,
+        return self._same_bindings(
+            AccessScope(
+                self.loops, (*self.conditions, (condition, holds)), self.bindings,
+                self.resolved_values, self.binding_keys, self.in_while,
+            )
         )
 
     def binding(self, var: Any, value: Any) -> AccessScope:
@@ -178,19 +182,35 @@ class AccessScope:
         values = dict(self.resolved_values)
         values[var] = self.resolve(value)
         keys = (*self._binding_keys(), (hash(var), hash(value)))
-        return AccessScope(
+        scope = AccessScope(
             self.loops, self.conditions, (*self.bindings, (var, value)), values, keys,
             self.in_while,
         )
+        # one more binding: the facts about bindings grow from this scope's (recomputing
+        # them per scope was quadratic in a kernel's hundreds of bindings)
+        scope.__dict__["bound_handles"] = self.bound_handles | {hash(var)}
+        scope.__dict__["binds_pointers"] = self.binds_pointers or isinstance(
+            var.ty, ir.PointerType
+        )
+        return scope
 
     def inside_while(self) -> AccessScope:
         """This scope inside the body of a ``While``."""
         if self.in_while:
             return self
-        return AccessScope(
-            self.loops, self.conditions, self.bindings, self.resolved_values,
-            self.binding_keys, True,
+        return self._same_bindings(
+            AccessScope(
+                self.loops, self.conditions, self.bindings, self.resolved_values,
+                self.binding_keys, True,
+            )
         )
+
+    def _same_bindings(self, scope: AccessScope) -> AccessScope:
+        """``scope`` (with this scope's bindings) knowing what this one knows of them."""
+        for name in ("bound_handles", "binds_pointers"):
+            if name in self.__dict__:
+                scope.__dict__[name] = self.__dict__[name]
+        return scope
 
     def resolve(self, expr: Any) -> Any:
         """``expr`` with the bound variables replaced by their values (transitively)."""
