@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import hypothesis.strategies as st
 from tvm import tirx
 from tvm.script import tirx as T
 
@@ -37,3 +38,18 @@ BUFFER, TY, TX, K_LOOP = _parts()
 K = K_LOOP.loop_var
 K_RANGE = LoopRange.of(K_LOOP, AccessScope(), [TX, TY])
 EXTENTS = {TX: TX_EXTENT, TY: TY_EXTENT}
+
+
+def arithmetic_indices(children: Any, moduli: Any) -> Any:
+    """Index shapes the enumeration and bounds tests share: sums, differences, products
+    and xors of ``children``, moduli and divisions by ``moduli``, integer casts."""
+    pairs = st.tuples(children, children)
+    return (
+        st.builds(lambda p: tirx.Add(*p), pairs)
+        | st.builds(lambda p: tirx.Sub(*p), pairs)
+        | st.builds(lambda p: tirx.Mul(*p), pairs)
+        | st.builds(lambda p: tirx.bitwise_xor(*p), pairs)
+        | st.builds(tirx.floormod, children, moduli)
+        | st.builds(tirx.floordiv, children, moduli)
+        | st.builds(lambda c: tirx.Cast("int32", tirx.Cast("int64", c)), children)
+    )

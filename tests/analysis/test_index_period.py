@@ -9,7 +9,7 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from enumeration_space import BUFFER, EXTENTS, TX, TY, K
+from enumeration_space import BUFFER, EXTENTS, TX, TY, K, arithmetic_indices
 from hypothesis import given, settings
 from tvm import tirx
 
@@ -30,15 +30,9 @@ MASKS = st.sampled_from([1, 3, 7, 15]).map(lambda v: tirx.IntImm("int32", v))
 def _extend(children: Any) -> Any:
     pairs = st.tuples(children, children)
     return (
-        st.builds(lambda p: tirx.Add(*p), pairs)
-        | st.builds(lambda p: tirx.Sub(*p), pairs)
-        | st.builds(lambda p: tirx.Mul(*p), pairs)
-        | st.builds(lambda p: tirx.bitwise_xor(*p), pairs)
-        | st.builds(tirx.floormod, children, MODULI)
-        | st.builds(tirx.floordiv, children, MODULI)
+        arithmetic_indices(children, MODULI)
         | st.builds(tirx.bitwise_and, children, MASKS)
         | st.builds(lambda p: tirx.Select(p[0] < p[1], p[0], p[1]), pairs)
-        | st.builds(lambda c: tirx.Cast("int32", tirx.Cast("int64", c)), children)
     )
 
 

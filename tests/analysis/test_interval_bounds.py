@@ -9,7 +9,17 @@ from typing import Any
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from enumeration_space import BUFFER, EXTENTS, K_LOOP, K_RANGE, TRIPS, TX, TY, K
+from enumeration_space import (
+    BUFFER,
+    EXTENTS,
+    K_LOOP,
+    K_RANGE,
+    TRIPS,
+    TX,
+    TY,
+    K,
+    arithmetic_indices,
+)
 from hypothesis import given, settings
 from tvm import tirx
 
@@ -37,19 +47,13 @@ MODULI = st.integers(1, 12).map(C)
 def _extend(children: Any) -> Any:
     pairs = st.tuples(children, children)
     return (
-        st.builds(lambda p: tirx.Add(*p), pairs)
-        | st.builds(lambda p: tirx.Sub(*p), pairs)
-        | st.builds(lambda p: tirx.Mul(*p), pairs)
+        arithmetic_indices(children, MODULI)
         | st.builds(lambda p: tirx.Min(*p), pairs)
         | st.builds(lambda p: tirx.Max(*p), pairs)
-        | st.builds(lambda p: tirx.bitwise_xor(*p), pairs)
         | st.builds(lambda p: tirx.bitwise_or(*p), pairs)
         | st.builds(lambda p: tirx.bitwise_and(*p), pairs)
         | st.builds(tirx.shift_right, children, SMALL)
         | st.builds(tirx.shift_left, children, SMALL)
-        | st.builds(tirx.floormod, children, MODULI)
-        | st.builds(tirx.floordiv, children, MODULI)
-        | st.builds(lambda c: tirx.Cast("int32", tirx.Cast("int64", c)), children)
     )
 
 

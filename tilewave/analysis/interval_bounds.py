@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tvm import ir, tirx
 
 from tilewave.analysis.index_enumeration import ANY, FAR, index_period
-from tilewave.analysis.index_program import bitwise_parts
+from tilewave.analysis.index_program import BINARY_OPERATIONS, bitwise_parts
 
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
@@ -47,17 +47,6 @@ Bounds = tuple[int, int]
 #: nothing is known (a load, an unknown call)
 IntervalTree = tuple[Any, ...] | None
 
-_BINARY_NAMES: dict[type, str] = {
-    tirx.Add: "add",
-    tirx.Sub: "sub",
-    tirx.Mul: "mul",
-    tirx.Min: "min",
-    tirx.Max: "max",
-    tirx.FloorDiv: "floordiv",
-    tirx.FloorMod: "floormod",
-}
-
-
 def interval_tree(expr: Any) -> IntervalTree:
     """``expr`` as nested tuples for :func:`interval_of` (variables by handle)."""
     kind = type(expr)
@@ -67,8 +56,10 @@ def interval_tree(expr: Any) -> IntervalTree:
         return ("v", hash(expr))
     if kind is tirx.Cast:
         return ("cast", interval_tree(expr.value))
-    name = _BINARY_NAMES.get(kind)
+    name = BINARY_OPERATIONS.get(kind)
     if name is not None:
+        if name not in _COMBINE:  # (truncating division, comparisons: not bounded here)
+            return None
         return (name, interval_tree(expr.a), interval_tree(expr.b))
     bitwise = bitwise_parts(expr)
     if bitwise is not None:
