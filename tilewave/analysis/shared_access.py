@@ -15,7 +15,9 @@ Regions are proven disjoint by cheap rules first (the index intervals of some di
 do not overlap; every thread index of extent > 1 maps injectively onto some dimension,
 ``S[tx]``, ``S[31 - tx]``, ``S[ty*32 + tx*4 + k]``), then by
 :func:`tilewave.analysis.region_proof.prove_no_overlap`, which uses the accesses' path
-conditions, ``Bind`` values and iteration distances (:class:`AccessScope`). Anything
+conditions, ``Bind`` values and iteration distances (:class:`AccessScope`): index bounds
+with the related loops at their values first
+(:mod:`tilewave.analysis.interval_bounds`), then enumeration, then the analyzer. Anything
 unproven (pointer operands, loads in indices, unknown bounds) may conflict.
 
 The access model itself (:class:`SharedAccess`, :class:`AccessKind`, :class:`AccessScope`,
