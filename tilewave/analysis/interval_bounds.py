@@ -47,6 +47,7 @@ Bounds = tuple[int, int]
 #: nothing is known (a load, an unknown call)
 IntervalTree = tuple[Any, ...] | None
 
+
 def interval_tree(expr: Any) -> IntervalTree:
     """``expr`` as nested tuples for :func:`interval_of` (variables by handle)."""
     kind = type(expr)
