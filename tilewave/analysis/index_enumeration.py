@@ -43,7 +43,7 @@ from tilewave.analysis.index_program import (
     bitwise_parts,
     compile_program,
 )
-from tilewave.ir.walker import ffi_list
+from tilewave.ir.walker import ffi_list, kind_by_class
 from tilewave.native.points import PointsCore, core, pack_programs
 
 if TYPE_CHECKING:
@@ -297,9 +297,7 @@ def _divisor_of(expr: Any, var: Any) -> int | None:
 
 def _operands(expr: Any) -> list[Any] | None:
     """The operands of ``expr`` (None: a leaf, or a node whose operands are not known)."""
-    kind = _OPERAND_KINDS.get(type(expr))
-    if kind is None:
-        kind = _OPERAND_KINDS[type(expr)] = _operand_kind(expr)
+    kind = kind_by_class(_OPERAND_KINDS, expr, _operand_kind)
     if kind is _Operands.BINARY:
         return [expr.a, expr.b]
     if kind is _Operands.NONE:
@@ -322,8 +320,7 @@ class _Operands(enum.Enum):
     CALL = "call"
 
 
-#: how to read a node class's operands (classes checked once: ``isinstance`` on TVM node
-#: classes goes through ``ABCMeta`` and costs about a microsecond where it fails)
+#: how to read a node class's operands (:func:`~tilewave.ir.walker.kind_by_class`)
 _OPERAND_KINDS: dict[type, _Operands] = {}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import kind_by_class, post_order_visit
 
 __all__ = ["analysable"]
 
@@ -69,14 +69,7 @@ def _analysable(expr: Any) -> bool:
 
     def check(node: Any) -> None:
         nonlocal ok
-        kind = _node_kinds.get(type(node))
-        if kind is None:
-            # by class, once: `isinstance` on TVM node classes goes through ABCMeta
-            kind = _node_kinds[type(node)] = (
-                "cast" if issubclass(type(node), tirx.Cast)
-                else "arith" if issubclass(type(node), _ARITH_TYPES)
-                else "other"
-            )  # fmt: skip
+        kind = kind_by_class(_node_kinds, node, _arith_kind)
         if kind == "cast":
             ok = ok and str(node.ty).startswith(("int", "uint", "bool"))
         elif kind == "other":
@@ -88,3 +81,10 @@ def _analysable(expr: Any) -> bool:
 
 #: node class -> "cast", "arith" (allowed) or "other"
 _node_kinds: dict[type, str] = {}
+
+
+def _arith_kind(node: Any) -> str:
+    cls = type(node)
+    if issubclass(cls, tirx.Cast):
+        return "cast"
+    return "arith" if issubclass(cls, _ARITH_TYPES) else "other"

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Bounds",
     "apart_with_loops_fixed",
+    "index_bounds",
     "interval_of",
     "interval_tree",
     "variable_ranges",
@@ -273,6 +274,19 @@ def _bounds_with(
     return found
 
 
+def index_bounds(
+    access: SharedAccess, thread_extents: Mapping[Any, int]
+) -> tuple[Bounds | None, ...]:
+    """Bounds of each index of ``access`` with every thread and loop variable over its
+    whole range (``None`` for a dimension with an unbounded or unknown part); remembered
+    per footprint, with the trees the loop-fixed screen uses."""
+    return _bounds_with(access, _extents_key(thread_extents), thread_extents, ())
+
+
+def _extents_key(thread_extents: Mapping[Any, int]) -> tuple[tuple[int, int], ...]:
+    return tuple((hash(v), e) for v, e in thread_extents.items())
+
+
 def _access_period(access: SharedAccess, var: Any) -> int | None:
     """A period in ``var`` of every index of ``access`` (None: not periodic)."""
     periods = _shape(access).periods
@@ -409,7 +423,7 @@ def apart_with_loops_fixed(
         return False
     if not all(per_loop):
         return True  # a loop leaves no iteration pair: the accesses never meet
-    extents_key = tuple((hash(v), e) for v, e in thread_extents.items())
+    extents_key = _extents_key(thread_extents)
     for combo in itertools.product(*per_loop):
         fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
         fixed_b = tuple(sorted(item for _, fix_b in combo for item in fix_b))

@@ -54,9 +54,13 @@ from tilewave.analysis.hopper_ops import (
     tma_load_destination,
     wgmma_descriptor_operands,
 )
-from tilewave.analysis.interval_bounds import interval_of, interval_tree, variable_ranges
+from tilewave.analysis.interval_bounds import index_bounds, variable_ranges
 from tilewave.analysis.region_proof import ANY, FAR, common_loops, prove_no_overlap
-from tilewave.analysis.shared_buffers import is_shared_buffer, shared_buffers_addressed
+from tilewave.analysis.shared_buffers import (
+    is_shared_buffer,
+    shared_buffers_addressed,
+    takes_address_call,
+)
 from tilewave.analysis.storage_identity import (
     StorageMap,
     StorageRelation,
@@ -222,7 +226,6 @@ def sync_action(stmt: Any) -> SyncAction | None:
 
 
 _LEAF_TYPES = (tirx.BufferStore, tirx.Evaluate)
-_ADDRESS_OPS = frozenset({"tirx.buffer_data", "tirx.address_of", "tirx.tvm_access_ptr"})
 
 
 def is_leaf_statement(stmt: Any) -> bool:
@@ -298,13 +301,13 @@ class _AccessCollector(TIRVisitor):
     def visit_Call(self, node: ir.expr.Call) -> None:
         # A call nested in another (an address conversion inside cp.async) is the outer
         # call's operand: only the outer call says what happens to the memory.
-        takes_address = isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS
+        takes_address = takes_address_call(node)
         self._depth += 1
         self._in_address += takes_address  # `address_of(S[i])` names S[i], does not load it
         self.generic_visit(node)
         self._in_address -= takes_address
         self._depth -= 1
-        if not isinstance(node.op, ir.Op) or node.op.name in _ADDRESS_OPS:
+        if not isinstance(node.op, ir.Op) or takes_address:
             return
         node = self._through_pointers(node)
         name = node.op.name
@@ -784,7 +787,7 @@ def _index_facts(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _In
         ranges = variable_ranges(access, thread_extents)
         indices = access.resolved_indices or ()
         facts = _IndexFacts(
-            tuple(interval_of(interval_tree(x), ranges) for x in indices),
+            index_bounds(access, thread_extents),
             tuple(_thread_part(x, thread_extents, ranges) for x in indices),
         )
         if shared is not None:

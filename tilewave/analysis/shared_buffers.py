@@ -22,6 +22,7 @@ __all__ = [
     "is_shared_buffer",
     "loads_local_buffer",
     "shared_buffers_addressed",
+    "takes_address_call",
 ]
 
 #: Storage scopes that are shared memory (LDS on AMD).
@@ -49,13 +50,19 @@ def is_shared_buffer(var: Any) -> bool:
     return buffer_scope(var) in SHARED_SCOPES
 
 
+def takes_address_call(call: ir.expr.Call) -> bool:
+    """Whether ``call`` is an address-taking op (``address_of``, ``buffer_data``,
+    ``tvm_access_ptr``...): what its operands name is an address, not a load."""
+    return isinstance(call.op, ir.Op) and call.op.name in _ADDRESS_OPS
+
+
 class _AddressCollector(TIRVisitor):
     def __init__(self) -> None:
         self.buffers: list[ir.expr.Var] = []
         self._inside_address = 0
 
     def visit_Call(self, node: ir.expr.Call) -> None:
-        takes_address = isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS
+        takes_address = takes_address_call(node)
         self._inside_address += takes_address
         self.generic_visit(node)
         self._inside_address -= takes_address
@@ -82,7 +89,7 @@ class _AddressCalls(TIRVisitor):
         self.calls: list[ir.expr.Call] = []
 
     def visit_Call(self, node: ir.expr.Call) -> None:
-        if isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS:
+        if takes_address_call(node):
             self.calls.append(node)
         else:
             self.generic_visit(node)
@@ -111,7 +118,7 @@ def addresses_dynamic_shared(stmt: Any) -> bool:
     calls: list[ir.expr.Call] = []
 
     def check(node: ir.expr.Call) -> None:
-        if isinstance(node.op, ir.Op) and node.op.name in _ADDRESS_OPS:
+        if takes_address_call(node):
             calls.append(node)
 
     post_order_visit(stmt, check, (ir.expr.Call,))

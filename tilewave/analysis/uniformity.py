@@ -72,6 +72,7 @@ from tilewave.analysis.shared_buffers import (
     buffer_scope,
     is_buffer,
     loads_local_buffer,
+    takes_address_call,
 )
 from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
@@ -85,7 +86,6 @@ _PURE_EFFECTS = (0, 1)
 #: the largest divisor for which floordiv/floormod residues are enumerated
 _MAX_DIVISOR = 4096
 _COMPARISONS = (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE)
-_ADDRESS_OPS = frozenset({"tirx.buffer_data", "tirx.address_of", "tirx.tvm_access_ptr"})
 #: what a call passed a pointer variable may write (no buffer's memory is known)
 _UNKNOWN_MEMORY = tirx.Var("unknown_memory", "handle")
 
@@ -537,16 +537,15 @@ def _reached_by_call(call: ir.expr.Call) -> list[Any]:
     found: list[Any] = []
     op = call.op
     effect = op.get_attr("TCallEffectKind") if isinstance(op, ir.Op) else None
-    if isinstance(op, ir.Op) and op.name in _ADDRESS_OPS:
+    if takes_address_call(call):
         return found  # an address alone writes nothing: the call it is passed to decides
     if effect is not None and int(effect) in _PURE_EFFECTS:
         return found
     for arg in ffi_list(call.args):
         if is_buffer(arg):
             found.append(arg)
-        elif isinstance(arg, ir.expr.Call) and isinstance(arg.op, ir.Op):
-            if arg.op.name in _ADDRESS_OPS:
-                post_order_visit(arg, lambda n: found.append(n) if is_buffer(n) else None)
+        elif isinstance(arg, ir.expr.Call) and takes_address_call(arg):
+            post_order_visit(arg, lambda n: found.append(n) if is_buffer(n) else None)
         elif isinstance(arg, ir.expr.Var) and "handle" in str(arg.ty):
             found.append(_UNKNOWN_MEMORY)  # a pointer held in a variable: any memory
     return found

@@ -33,7 +33,7 @@ from tilewave.analysis.shared_access import AccessScope, collect_thread_extents,
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, loads_local_buffer
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.analysis.uniformity import unwritten_global_buffers
-from tilewave.ir.walker import TIRMutator, ffi_list, post_order_visit, substitute
+from tilewave.ir.walker import TIRMutator, ffi_list, kind_by_class, post_order_visit, substitute
 
 __all__ = ["UniformityProof"]
 
@@ -257,15 +257,7 @@ def _reads(expr: Any, handles: AbstractSet[int], *, memory: bool) -> bool:
 
     def visit(node: Any) -> None:
         nonlocal found
-        kind = _NODE_KINDS.get(type(node))
-        if kind is None:
-            # by class, once: `isinstance` on TVM node classes goes through ABCMeta
-            kind = _NODE_KINDS[type(node)] = (
-                "var" if issubclass(type(node), ir.expr.Var)
-                else "memory" if type(node).__name__ == "TensorLoad"
-                or issubclass(type(node), ir.expr.Call)
-                else "other"
-            )  # fmt: skip
+        kind = kind_by_class(_NODE_KINDS, node, _read_kind)
         if kind == "var":
             found = found or hash(node) in handles
         elif kind == "memory" and memory:
@@ -277,6 +269,15 @@ def _reads(expr: Any, handles: AbstractSet[int], *, memory: bool) -> bool:
 
 #: node class -> "var", "memory" (a load or a call) or "other"
 _NODE_KINDS: dict[type, str] = {}
+
+
+def _read_kind(node: Any) -> str:
+    cls = type(node)
+    if issubclass(cls, ir.expr.Var):
+        return "var"
+    if cls.__name__ == "TensorLoad" or issubclass(cls, ir.expr.Call):
+        return "memory"
+    return "other"
 
 
 def _definition(stmt: Any) -> tuple[Any, Any] | None:

@@ -33,6 +33,7 @@ __all__ = [
     "expect_repeated_walks",
     "ffi_list",
     "forget_walks",
+    "kind_by_class",
     "node_fields",
     "post_order_visit",
     "rebuild",
@@ -62,6 +63,19 @@ def _all_fields(cls: type) -> tuple[Any, ...]:
         chain.append(info)
         info = info.parent_type_info
     return tuple(f for info in reversed(chain) for f in info.fields)
+
+
+def kind_by_class(table: dict[type, Any], node: Any, classify: Callable[[Any], Any]) -> Any:
+    """``classify(node)``, asked once per node class and remembered in ``table``.
+
+    Hot walks sort nodes this way: ``isinstance`` against TVM node classes goes through
+    ``ABCMeta`` and costs about a microsecond where it fails, a dictionary hit far less.
+    ``classify`` sees the first node of its class (``issubclass(type(node), ...)`` tests).
+    """
+    kind = table.get(type(node))
+    if kind is None:
+        kind = table[type(node)] = classify(node)
+    return kind
 
 
 @functools.cache

@@ -110,15 +110,18 @@ def _pin(body: Any, buffers: list[ir.expr.Var]) -> Any:
     sequences)."""
     handles = {hash(b) for b in buffers}
 
+    def pinned(stmt: Any) -> bool:
+        return type(stmt) is tirx.AllocBuffer and hash(stmt.buffer) in handles
+
     def rewrite(seq: tirx.SeqStmt) -> Any:
         items = ffi_list(seq.seq)
-        if not any(type(s) is tirx.AllocBuffer and hash(s.buffer) in handles for s in items):
+        if not any(pinned(s) for s in items):
             return None  # nothing pinned here: walk the children
         out: list[Any] = []
         tail: list[Any] = []
         for stmt in items:
             out.append(_pin(stmt, buffers))
-            if type(stmt) is tirx.AllocBuffer and hash(stmt.buffer) in handles:
+            if pinned(stmt):
                 out.append(tirx.Evaluate(_data_of(stmt.buffer)))
                 tail.append(tirx.Evaluate(_data_of(stmt.buffer)))
         return tirx.SeqStmt(out + tail[::-1])
