@@ -105,11 +105,61 @@ def _pointer_bindings(body: Any) -> AccessScope:
     return scope
 
 
+def _copy_leaves(body: Any) -> tuple[set[int], tuple[type, ...]]:
+    """Handles of the leaf statements under ``body`` that may issue a cp.async copy, and the
+    leaf classes this cannot tell (every such leaf may). In post order a leaf's calls come
+    right after the leaf before it, so a copy call marks the next leaf walked: its own, or
+    (for a call in an ``if`` condition or loop bound) a later one, which only costs that
+    leaf an exact look."""
+    marked: set[int] = set()
+    pending = False
+
+    def check(node: Any) -> None:
+        nonlocal pending
+        if type(node) is ir.expr.Call:
+            pending = pending or (
+                isinstance(node.op, ir.Op) and node.op.name.startswith(GROUP_COPY_PREFIXES)
+            )
+        elif is_leaf_statement(node):
+            if pending:
+                marked.add(hash(node))
+            pending = False
+
+    post_order_visit(body, check, _WALKED_TYPES)
+    return marked, _WALKED_TYPES
+
+
+#: the calls and leaf statements :func:`_copy_leaves` walks (leaf classes outside it are
+#: never ruled out)
+_WALKED_TYPES = (ir.expr.Call, tirx.BufferStore, tirx.Evaluate, tirx.Bind)
+
+
 class _Committer:
+    """Roles of statements (whether they copy, touch shared memory otherwise, or both) and
+    the rewrite that closes each copy run. A statement that cannot issue a copy is either
+    NEUTRAL or OTHER, and that difference only matters next to copies: it is worked out
+    only there (most of a kernel's statements are compute that never meets a copy run)."""
+
     def __init__(self, func_name: str | None, body: Any) -> None:
         self.func_name = func_name
         self._roles: dict[Any, str] = {}
         self._scope = _pointer_bindings(body)
+        self._copy_leaves, self._walked = _copy_leaves(body)
+        self._may_copy: dict[Any, bool] = {}
+
+    def may_copy(self, stmt: Any) -> bool:
+        """False when no statement under ``stmt`` issues a cp.async copy (its role is then
+        NEUTRAL or OTHER)."""
+        if not isinstance(stmt, tirx.Stmt):
+            return True  # a condition: looked at exactly
+        found = self._may_copy.get(stmt)
+        if found is None:
+            if is_leaf_statement(stmt):
+                found = hash(stmt) in self._copy_leaves or not isinstance(stmt, self._walked)
+            else:
+                found = any(self.may_copy(child) for child in _children(stmt))
+            self._may_copy[stmt] = found
+        return found
 
     def role(self, stmt: Any) -> str:
         """COPY, NEUTRAL, OTHER (shared access or sync, no copy) or MIXED (both)."""
@@ -119,23 +169,28 @@ class _Committer:
             if is_leaf_statement(stmt):
                 role = _leaf_role(stmt, self.func_name, self._scope)
             else:
-                roles = {self.role(child) for child in _children(stmt)} - {_NEUTRAL}
-                if not roles:
-                    role = _NEUTRAL
-                elif roles == {_COPY}:
-                    role = _COPY
-                elif _COPY in roles or _MIXED in roles:
-                    role = _MIXED
-                else:
-                    role = _OTHER
+                role = self._compound_role(_children(stmt))
             self._roles[stmt] = role
         return self._roles[stmt]
+
+    def _compound_role(self, children: list[Any]) -> str:
+        roles: set[str] = set()
+        for child in children:
+            if _OTHER in roles and not self.may_copy(child):
+                continue  # NEUTRAL or OTHER: changes nothing once OTHER is known
+            roles.add(self.role(child))
+            if _MIXED in roles or {_COPY, _OTHER} <= roles:
+                return _MIXED
+        roles.discard(_NEUTRAL)
+        if not roles:
+            return _NEUTRAL
+        return roles.pop()  # COPY or OTHER
 
     def rewrite(self, stmt: Any) -> Any:
         """``stmt`` with a commit after every run of copies inside it."""
         if isinstance(stmt, tirx.SeqStmt):
             return self._sequence(ffi_list(stmt.seq), stmt)
-        if self.role(stmt) != _MIXED or is_leaf_statement(stmt):
+        if not self.may_copy(stmt) or self.role(stmt) != _MIXED or is_leaf_statement(stmt):
             return stmt
         if isinstance(stmt, tirx.IfThenElse):
             changes = {"then_case": self._body(stmt.then_case)}
@@ -160,6 +215,9 @@ class _Committer:
                 run_end = None
 
         for child in children:
+            if run_end is None and not self.may_copy(child):
+                out.append(child)  # NEUTRAL or OTHER with no run open: kept as it is
+                continue
             role = self.role(child)
             if role == _COPY:
                 out.append(child)
