@@ -30,9 +30,7 @@ def run_then_reading_loop(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "f
 
 
 @T.prim_func
-def run_then_reading_loop_after(
-    A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")
-):
+def run_then_reading_loop_after(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
     for tx in T.thread_binding(32, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")
         T.ptx.cp.async_.cg.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
@@ -60,9 +58,7 @@ def neutral_loop_inside_run(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), 
 
 
 @T.prim_func
-def neutral_loop_inside_run_after(
-    A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")
-):
+def neutral_loop_inside_run_after(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
     for tx in T.thread_binding(32, thread="threadIdx.x"):
         S = T.alloc_buffer((256,), "float32", scope="shared")
         T.ptx.cp.async_.cg.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
