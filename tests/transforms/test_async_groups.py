@@ -12,7 +12,7 @@ from tvm.script import tirx as T
 
 import tilewave  # noqa: F401 - registers T.tilewave.*
 from tilewave.ir.ops import call_op
-from tilewave.transforms.async_groups import commit_copy_runs
+from tilewave.transforms.async_groups import commit_copy_runs, waits_on_groups
 
 
 @T.prim_func
@@ -128,6 +128,22 @@ def test_a_loop_that_copies_and_reads_gets_its_commits_inside():
 
 def test_a_kernel_that_commits_itself_is_left_alone():
     assert commit_copy_runs(already_commits.body).same_as(already_commits.body)
+
+
+@T.prim_func
+def waits_for_a_group(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32")):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((256,), "float32", scope="shared")
+        T.ptx.cp.async_.cg.shared.global_(T.address_of(S[tx * 4]), T.address_of(A[tx * 4]), 16)
+        T.tilewave.commit_async_ops()
+        T.tilewave.wait_async_ops(1)
+        T.tilewave.lds_barrier()
+        B[tx] = S[255 - tx]
+
+
+def test_waits_on_groups_sees_a_group_wait_and_nothing_else():
+    assert waits_on_groups(waits_for_a_group.body)
+    assert not waits_on_groups(run_then_reading_loop_after.body)  # commits, no wait
 
 
 # -- property: statement trees against a model of the rule ---------------------------------

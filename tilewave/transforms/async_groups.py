@@ -33,7 +33,7 @@ from tilewave.analysis.shared_access import (
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import ffi_list, post_order_visit, rebuild
 
-__all__ = ["commit_copy_runs", "has_commits", "issues_group_copies", "needs_added_commits"]
+__all__ = ["commit_copy_runs", "has_commits", "issues_group_copies", "waits_on_groups"]
 
 _COPY, _NEUTRAL, _OTHER, _MIXED = "copy", "neutral", "other", "mixed"
 
@@ -247,7 +247,9 @@ def commit_copy_runs(body: Any, func_name: str | None = None) -> Any:
     return committer.rewrite(body)
 
 
-def _waits_on_groups(body: Any) -> bool:
+def waits_on_groups(body: Any) -> bool:
+    """True when a wait under ``body`` retires groups (``wait_group N`` of some unit): the
+    only statements that read where :func:`commit_copy_runs` put its commits."""
     found = False
 
     def check(node: Any) -> None:
@@ -258,9 +260,3 @@ def _waits_on_groups(body: Any) -> bool:
 
     post_order_visit(body, check, (tirx.Evaluate,))
     return found
-
-
-def needs_added_commits(body: Any, original: Any) -> bool:
-    """Whether the commits :func:`commit_copy_runs` added to ``original`` matter in the
-    synchronised ``body``: only a wait that retires groups reads them."""
-    return not body.same_as(original) and not has_commits(original) and _waits_on_groups(body)

@@ -85,7 +85,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import expect_repeated_walks, ffi_list, rebuild
 from tilewave.targets import TargetInfo, get_target
-from tilewave.transforms.async_groups import commit_copy_runs, needs_added_commits
+from tilewave.transforms.async_groups import commit_copy_runs, waits_on_groups
 from tilewave.transforms.barrier_state import (
     GROUP_DOMAINS,
     MAX_NEWER_GROUPS,
@@ -1083,8 +1083,9 @@ def insert_shared_barriers(
     expect_repeated_walks(original)  # (a dozen per-kernel analyses walk it)
     start = commit_copy_runs(original, _func_name(func)) if info.is_cuda else original
     body = _Placer(func, info, split).place(start)
-    if not start.same_as(original) and not needs_added_commits(body, original):
-        body = _Placer(func, info, split).place(original)  # no wait reads the new groups
+    if not start.same_as(original) and not waits_on_groups(body):
+        # commits were added (so the kernel had none), but no wait reads their groups
+        body = _Placer(func, info, split).place(original)
     if body.same_as(original):
         return func
     return rebuild(func, {"body": body})
