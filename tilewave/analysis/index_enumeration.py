@@ -54,8 +54,11 @@ __all__ = ["ANY", "FAR", "enumerate_no_overlap", "index_period"]
 #: the most index points (both accesses, all contexts) one question may evaluate
 MAX_POINTS = 1 << 21
 #: points per side when the full spaces are too large and a witness of overlap is sought
-#: in their first values (a common element there is a common element of the whole)
+#: in their first values (a common element there is a common element of the whole). Spaces
+#: larger than SAMPLE_POINTS are first cut to SMALL_SAMPLE_POINTS (two tiles of one stage
+#: usually meet at its first element), then to SAMPLE_POINTS; smaller ones are taken whole
 SAMPLE_POINTS = 1 << 14
+SMALL_SAMPLE_POINTS = 1 << 9
 #: shared loops related by "FAR or more iterations apart" are enumerated as pairs up to
 #: this trip count; longer ones are treated as unrelated (sound, less precise)
 MAX_PAIR_TRIPS = 16
@@ -457,14 +460,14 @@ class _Side:
         self,
         fixed: Mapping[Any, np.ndarray],
         ties: list[tuple[Any, int, int]],
-        sample: bool = False,
+        sample: int | None = None,
     ) -> _Points:
         """The points over the free variables, with ``fixed`` loop values (an array of
         allowed values each). ``ties``: ``(var, offset, count)`` of loops shared with the
         other side; the key holds the iteration ``var - offset`` (in ``[0, count)``) next to
         the address, so only equal iterations meet. Cached: one access meets many others in
         the same loop context. ``sample``: only the first values of each variable, at most
-        :data:`SAMPLE_POINTS` points."""
+        that many points (None: all)."""
         memo = (
             tuple((hash(var), values.tobytes()) for var, values in fixed.items()),
             tuple((hash(var), offset, count) for var, offset, count in ties),
@@ -475,7 +478,10 @@ class _Side:
         return self._points[memo]
 
     def _enumerate(
-        self, fixed: Mapping[Any, np.ndarray], ties: list[tuple[Any, int, int]], sample: bool
+        self,
+        fixed: Mapping[Any, np.ndarray],
+        ties: list[tuple[Any, int, int]],
+        sample: int | None,
     ) -> _Points:
         axes: list[tuple[Any, np.ndarray]] = [
             (v, values) for (v, _), values in zip(self.threads, self.thread_values, strict=True)
@@ -485,7 +491,8 @@ class _Side:
             axes.append((lp.var, self.free_values(lp) if values is None else values))
         size = int(np.prod([len(x) for _, x in axes], dtype=np.int64)) if axes else 1
         full_size = size
-        while sample and size > SAMPLE_POINTS:
+        # a space within SAMPLE_POINTS is taken whole at every level: its answer is final
+        while sample is not None and size > sample and full_size > SAMPLE_POINTS:
             longest = max(range(len(axes)), key=lambda i: len(axes[i][1]))
             var, values = axes[longest]
             axes[longest] = (var, values[: (len(values) + 1) // 2])
@@ -787,10 +794,11 @@ def enumerate_no_overlap(
     # the first values first: an overlap among them is an overlap of the whole spaces, and
     # spaces small enough to be taken whole give the final answer (large overlapping tiles,
     # a TMA write against a wgmma read of the same stage, then cost a sample, not the whole)
-    verdict = _enumerated(a, b, *relations, sample=True)
-    if verdict is None:
-        verdict = _enumerated(a, b, *relations, sample=False)
-    return verdict
+    for sample in (SMALL_SAMPLE_POINTS, SAMPLE_POINTS, None):
+        verdict = _enumerated(a, b, *relations, sample=sample)
+        if verdict is not None or sample is None:
+            return verdict
+    return None  # (not reached: the last round enumerates the whole spaces)
 
 
 def _enumerated(
@@ -801,7 +809,7 @@ def _enumerated(
     same_thread_ordered: bool,
     positions: Mapping[Any, int] | None,
     finished: Mapping[Any, int] | None,
-    sample: bool,
+    sample: int | None,
 ) -> bool | None:
     try:
         side_a, side_b = _side(a, thread_extents), _side(b, thread_extents)
