@@ -34,6 +34,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.analysis.footprint import FootprintCache
@@ -276,6 +277,25 @@ def _holds(cond: Any, env: Mapping[Any, Any], shape: tuple[int, ...]) -> np.ndar
     return np.broadcast_to(np.asarray(_evaluate(cond, env)) != 0, shape)
 
 
+def _thread_values_where(
+    cond: Any, var: Any, values: np.ndarray, run: Mapping[Any, int]
+) -> np.ndarray:
+    """The ``values`` of thread variable ``var`` where ``cond`` (on ``var`` alone) holds.
+    Remembered for the analysis run: the accesses under one warp-role ``if`` (a whole
+    epilogue of fragment stores) ask it of the same condition, one side each."""
+    key = (tvm_ffi.StructuralKey(cond), values.tobytes())  # (the key holds ``var``)
+    found, kept = _THREAD_VALUES.lookup(key, run)
+    if found:
+        return kept  # type: ignore[no-any-return]
+    kept = values[_holds(cond, {var: values}, values.shape)]
+    kept.flags.writeable = False  # (returned to every caller)
+    return _THREAD_VALUES.put(key, run, kept)  # type: ignore[no-any-return]
+
+
+#: ``_thread_values_where`` results by (condition, structurally; values)
+_THREAD_VALUES = FootprintCache()
+
+
 def _conjuncts(cond: Any) -> list[Any]:
     """The parts of a conjunction (``a and b and c``), each on its own."""
     if isinstance(cond, tirx.And):
@@ -367,6 +387,7 @@ class _Side:
         self.conditions = [c for cond in access.path_conditions for c in _conjuncts(cond)]
         #: the variables each condition reads (asked per thread variable and per loop)
         self._condition_vars = [_free_vars([cond]) for cond in self.conditions]
+        self._run = thread_extents  # (the analysis run, for its caches)
         self.threads = [(v, e) for v, e in thread_extents.items() if e != 1]
         for var, ext in self.threads:
             if ext <= 0:
@@ -399,7 +420,7 @@ class _Side:
         others = [self.flat]
         for cond, free in zip(self.conditions, self._condition_vars, strict=True):
             if len(free) == 1 and free[0].same_as(var):
-                values = values[_holds(cond, {var: values}, values.shape)]
+                values = _thread_values_where(cond, var, values, self._run)
             else:
                 others.append(cond)
         divisor = 0
