@@ -45,15 +45,13 @@ class AccessKind(enum.Enum):
     #: a global->shared copy (cp.async, TMA, gfx950 buffer_load ... lds): completes later
     ASYNC_WRITE = "async_write"
 
-    @property
-    def writes(self) -> bool:
-        """True when the access writes shared memory."""
-        return self is not AccessKind.READ
-
-    @property
-    def reads(self) -> bool:
-        """True when the access reads shared memory."""
-        return self in (AccessKind.READ, AccessKind.ATOMIC)
+    def __init__(self, value: str) -> None:
+        # plain attributes, not properties: the barrier pass asks them for every pending
+        # access at every statement
+        #: True when the access writes shared memory
+        self.writes: bool = value != "read"
+        #: True when the access reads shared memory
+        self.reads: bool = value in ("read", "atomic")
 
 
 @dataclass(frozen=True)

@@ -244,13 +244,16 @@ class _Placer:
         """The pending instances ``access`` may race with."""
         writes = access.kind.writes
         memory = access.memory_key
-        return [
-            inst
-            for inst in state
-            if (writes or inst.access.kind.writes)
-            and _may_share(memory, inst.access.memory_key)
-            and self._conflict(inst, access)
-        ]
+        anywhere = memory is ANY_MEMORY
+        found = []
+        for inst in state:  # (the pending accesses of every statement: kept plain)
+            other = inst.access
+            if not (writes or other.kind.writes):
+                continue
+            key = other.memory_key
+            if (anywhere or key is ANY_MEMORY or key == memory) and self._conflict(inst, access):
+                found.append(inst)
+        return found
 
     def _conflict(self, inst: Instance, access: SharedAccess) -> bool:
         """``may_conflict`` of a pending instance and a new access, remembered: fixed-point
@@ -992,10 +995,6 @@ class _Placer:
             return out[0]
         return tirx.SeqStmt(out)
 
-
-def _may_share(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two :attr:`SharedAccess.memory_key` values may name the same memory."""
-    return a == b or a is ANY_MEMORY or b is ANY_MEMORY
 
 
 def _unit_wait(domain: str, count: int) -> Any:
