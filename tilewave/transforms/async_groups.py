@@ -105,12 +105,12 @@ def _pointer_bindings(body: Any) -> AccessScope:
     return scope
 
 
-def _copy_leaves(body: Any) -> tuple[set[int], tuple[type, ...]]:
-    """Handles of the leaf statements under ``body`` that may issue a cp.async copy, and the
-    leaf classes this cannot tell (every such leaf may). In post order a leaf's calls come
-    right after the leaf before it, so a copy call marks the next leaf walked: its own, or
-    (for a call in an ``if`` condition or loop bound) a later one, which only costs that
-    leaf an exact look."""
+def _copy_leaves(body: Any) -> set[int]:
+    """Handles of the leaf statements of :data:`_WALKED_TYPES` under ``body`` that may
+    issue a cp.async copy (leaves of other classes are never ruled out). In post order a
+    leaf's calls come right after the leaf before it, so a copy call marks the next leaf
+    walked: its own, or (for a call in an ``if`` condition or loop bound) a later one,
+    which only costs that leaf an exact look."""
     marked: set[int] = set()
     pending = False
 
@@ -126,7 +126,7 @@ def _copy_leaves(body: Any) -> tuple[set[int], tuple[type, ...]]:
             pending = False
 
     post_order_visit(body, check, _WALKED_TYPES)
-    return marked, _WALKED_TYPES
+    return marked
 
 
 #: the calls and leaf statements :func:`_copy_leaves` walks (leaf classes outside it are
@@ -144,7 +144,7 @@ class _Committer:
         self.func_name = func_name
         self._roles: dict[Any, str] = {}
         self._scope = _pointer_bindings(body)
-        self._copy_leaves, self._walked = _copy_leaves(body)
+        self._copy_leaves = _copy_leaves(body)
         self._may_copy: dict[Any, bool] = {}
 
     def may_copy(self, stmt: Any) -> bool:
@@ -155,7 +155,7 @@ class _Committer:
         found = self._may_copy.get(stmt)
         if found is None:
             if is_leaf_statement(stmt):
-                found = hash(stmt) in self._copy_leaves or not isinstance(stmt, self._walked)
+                found = hash(stmt) in self._copy_leaves or not isinstance(stmt, _WALKED_TYPES)
             else:
                 found = any(self.may_copy(child) for child in _children(stmt))
             self._may_copy[stmt] = found
