@@ -86,3 +86,11 @@ def test_a_space_within_the_larger_sample_is_taken_whole_at_once(enumerations):
     read = _tile_access(elements, AccessKind.READ, elements)  # right after it: apart
     assert enumerate_no_overlap(write, read, EXTENTS, None, False) is True
     assert enumerations == [SMALL_SAMPLE_POINTS, SMALL_SAMPLE_POINTS]  # final: not cut
+
+
+def test_a_side_taken_whole_is_not_enumerated_again_at_the_next_level(enumerations):
+    large = _tile_access(0, AccessKind.ASYNC_WRITE)  # cut at both sample sizes
+    small = _tile_access(ELEMENTS + 5, AccessKind.READ, 64)  # whole at once; apart
+    assert enumerate_no_overlap(large, small, EXTENTS, None, False) is True
+    # the small side once; the large side at each size in turn
+    assert enumerations == [SMALL_SAMPLE_POINTS, SMALL_SAMPLE_POINTS, SAMPLE_POINTS, None]

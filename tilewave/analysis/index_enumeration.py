@@ -60,6 +60,8 @@ MAX_POINTS = 1 << 21
 #: usually meet at its first element), then to SAMPLE_POINTS; smaller ones are taken whole
 SAMPLE_POINTS = 1 << 14
 SMALL_SAMPLE_POINTS = 1 << 9
+#: the sizes asked in turn (None: the whole spaces)
+_SAMPLE_LEVELS = (SMALL_SAMPLE_POINTS, SAMPLE_POINTS, None)
 #: shared loops related by "FAR or more iterations apart" are enumerated as pairs up to
 #: this trip count; longer ones are treated as unrelated (sound, less precise)
 MAX_PAIR_TRIPS = 16
@@ -495,7 +497,12 @@ class _Side:
             sample,
         )
         if memo not in self._points:
-            self._points[memo] = self._enumerate(fixed, ties, sample)
+            found = self._enumerate(fixed, ties, sample)
+            if found.cut:
+                self._points[memo] = found
+            else:  # the whole space: the points at every sample size
+                for size in _SAMPLE_LEVELS:
+                    self._points[(*memo[:2], size)] = found
         return self._points[memo]
 
     def _enumerate(
@@ -815,11 +822,12 @@ def enumerate_no_overlap(
     # the first values first: an overlap among them is an overlap of the whole spaces, and
     # spaces small enough to be taken whole give the final answer (large overlapping tiles,
     # a TMA write against a wgmma read of the same stage, then cost a sample, not the whole)
-    for sample in (SMALL_SAMPLE_POINTS, SAMPLE_POINTS, None):
+    *samples, whole = _SAMPLE_LEVELS
+    for sample in samples:
         verdict = _enumerated(a, b, *relations, sample=sample)
-        if verdict is not None or sample is None:
+        if verdict is not None:
             return verdict
-    return None  # (not reached: the last round enumerates the whole spaces)
+    return _enumerated(a, b, *relations, sample=whole)
 
 
 def _enumerated(
