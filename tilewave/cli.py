@@ -182,6 +182,11 @@ def _cmd_list_passes(target: str, multi_buffer_count: int | None, out: TextIO) -
     return 0
 
 
+def _verify_barriers(args: argparse.Namespace) -> bool | None:
+    # the flag turns the check on; without it TILEWAVE_VERIFY_BARRIERS decides
+    return True if getattr(args, "verify_barriers", False) else None
+
+
 def _cmd_lower(args: argparse.Namespace, out: TextIO) -> int:
     if args.list_passes:
         return _cmd_list_passes(args.target, args.multi_buffer_count, out)
@@ -190,7 +195,11 @@ def _cmd_lower(args: argparse.Namespace, out: TextIO) -> int:
     mod = load_kernels(args.file, args.func)
     before = mod.script()
     result = build(
-        mod, args.target, multi_buffer_count=args.multi_buffer_count, instruments=_instruments(args)
+        mod,
+        args.target,
+        multi_buffer_count=args.multi_buffer_count,
+        instruments=_instruments(args),
+        verify_barriers=_verify_barriers(args),
     )
     emit = args.emit or ["diff"]
     if "diff" in emit:
@@ -239,7 +248,9 @@ def _cmd_build(args: argparse.Namespace, out: TextIO) -> int:
         asm_path, hsaco_path = build_asm(mod, args.target, out_dir)
         out.write(f"wrote {asm_path}\nwrote {hsaco_path}\n")
         return 0
-    result = build(mod, args.target, instruments=_instruments(args))
+    result = build(
+        mod, args.target, instruments=_instruments(args), verify_barriers=_verify_barriers(args)
+    )
     path = out_dir / f"{stem}{_SOURCE_SUFFIX[result.source_language]}"
     try:
         path.write_text(result.source)
@@ -292,7 +303,12 @@ def _cmd_demo(args: argparse.Namespace, out: TextIO) -> int:
     for target in targets:
         for name in kernels:
             start = time.perf_counter()
-            result = build(BUILTIN_KERNELS[name], target, instruments=instruments)
+            result = build(
+                BUILTIN_KERNELS[name],
+                target,
+                instruments=instruments,
+                verify_barriers=_verify_barriers(args),
+            )
             results.append((name, result, time.perf_counter() - start))
     header = ("target", "kernel", "output", "lines", "barrier instructions", "ms")
     rows = [
@@ -342,6 +358,12 @@ def _parser() -> argparse.ArgumentParser:
             "(one file per pass, NN-pass.py); '-' dumps to stderr",
         )
         p.add_argument("--timing", action="store_true", help="print per-pass timings to stderr")
+        p.add_argument(
+            "--verify-barriers",
+            action="store_true",
+            help="check the barrier stage's output with the hazard verifier (as "
+            "TILEWAVE_VERIFY_BARRIERS=1; about doubles that stage's time)",
+        )
         p.add_argument(
             "--override",
             metavar="DIR",

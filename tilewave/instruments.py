@@ -34,17 +34,20 @@ __all__ = [
     "ENV_DUMP_IR",
     "ENV_OVERRIDE_DIR",
     "ENV_TIMING",
+    "ENV_VERIFY_BARRIERS",
     "DumpIR",
     "OverrideIR",
     "PassTimings",
     "instruments_from_env",
     "stage_file_name",
+    "verify_barriers_from_env",
 ]
 
 ENV_DUMP_IR = "TILEWAVE_DUMP_IR"
 ENV_DUMP_DIR = "TILEWAVE_DUMP_DIR"
 ENV_TIMING = "TILEWAVE_TIMING"
 ENV_OVERRIDE_DIR = "TILEWAVE_OVERRIDE_DIR"
+ENV_VERIFY_BARRIERS = "TILEWAVE_VERIFY_BARRIERS"
 
 # Names of the Sequentials whose children are stages (TVM's default name and tilewave's own).
 _SEQUENCE_NAMES = frozenset({"sequential", "tilewave.lower", "tilewave.device"})
@@ -292,6 +295,24 @@ class OverrideIR:
 
 def _env_words(name: str) -> str:
     return os.environ.get(name, "").strip()
+
+
+def verify_barriers_from_env() -> bool:
+    """Whether ``TILEWAVE_VERIFY_BARRIERS`` asks for the barrier stage's output check
+    (``1``/``true``/``yes``/``on``; unset, empty, ``0``/``false``/``no``/``off``: no).
+
+    Raises:
+        DebugOptionError: any other value.
+    """
+    word = _env_words(ENV_VERIFY_BARRIERS).lower()
+    if word in _TRUE_WORDS:
+        return True
+    if word in _FALSE_WORDS:
+        return False
+    raise DebugOptionError(
+        f"{ENV_VERIFY_BARRIERS}={os.environ[ENV_VERIFY_BARRIERS]!r} is not a switch: set it "
+        "to 1 (check the barrier stage's output for hazards) or 0 / leave it unset (do not)."
+    )
 
 
 def instruments_from_env() -> list[Any]:

@@ -42,7 +42,7 @@ from tilewave.input_checks import (
     check_shared_memory_limit,
     check_shared_sizes_constant,
 )
-from tilewave.instruments import instruments_from_env
+from tilewave.instruments import instruments_from_env, verify_barriers_from_env
 from tilewave.ir.walker import TIRVisitor
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms import shared_layout
@@ -77,10 +77,13 @@ class LowerOptions:
             ``None`` leaves buffers alone.
         config: the ``PassContext`` config the list is built under (TVM's own switches such
             as ``tirx.disable_storage_rewrite`` and ``tirx.use_async_copy``).
+        verify_barriers: check the barrier stage's output with the verifier
+            (default: the ``TILEWAVE_VERIFY_BARRIERS`` environment switch, off when unset).
     """
 
     multi_buffer_count: int | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    verify_barriers: bool = field(default_factory=verify_barriers_from_env)
 
     def flag(self, key: str) -> bool:
         """A boolean ``PassContext`` config switch (absent means False)."""
@@ -240,10 +243,11 @@ STAGES: tuple[Stage, ...] = (
     # Storage: StorageRewrite's reuse (above) is visible as decl_buffer views; the dynamic
     # shared layout (PlanSharedLayout, below) may overlay distinct shared.dyn buffers, which
     # the barrier decision already assumes (docs/passes/insert_shared_barriers.md).
-    # Checked: unfixable hazards are refused before, and none may remain after (invariant).
+    # Checked: unfixable hazards are refused before; with verify_barriers, none may remain
+    # after (the invariant).
     Stage(
         BARRIER_STAGE,
-        lambda t, o: checked_barrier_pass(InsertSharedBarriers(t), t),
+        lambda t, o: checked_barrier_pass(InsertSharedBarriers(t), t, o.verify_barriers),
         origin="tilewave",
     ),
     # Fences go after barrier insertion: a fence sits right before the async op it guards.
@@ -276,7 +280,13 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
-def _options(multi_buffer_count: int | None) -> LowerOptions:
+def _options(multi_buffer_count: int | None, verify_barriers: bool | None = None) -> LowerOptions:
+    if verify_barriers is not None and not isinstance(verify_barriers, bool):
+        raise PassOptionError(
+            f"verify_barriers must be True or False, got {verify_barriers!r}. Pass "
+            "verify_barriers=True to check the barrier stage's output, or leave it unset "
+            "(then TILEWAVE_VERIFY_BARRIERS decides; off when unset)."
+        )
     if multi_buffer_count is not None and (
         isinstance(multi_buffer_count, bool)
         or not isinstance(multi_buffer_count, int)
@@ -287,7 +297,11 @@ def _options(multi_buffer_count: int | None) -> LowerOptions:
             f"got {multi_buffer_count!r}. Pass e.g. multi_buffer_count=2, or leave it unset."
         )
     config = dict(tvm.transform.PassContext.current().config)
-    return LowerOptions(multi_buffer_count=multi_buffer_count, config=config)
+    if verify_barriers is None:
+        return LowerOptions(multi_buffer_count=multi_buffer_count, config=config)
+    return LowerOptions(
+        multi_buffer_count=multi_buffer_count, config=config, verify_barriers=verify_barriers
+    )
 
 
 def stages_for(target: Any, *, multi_buffer_count: int | None = None) -> list[Stage]:
@@ -297,19 +311,23 @@ def stages_for(target: Any, *, multi_buffer_count: int | None = None) -> list[St
     return [stage for stage in STAGES if stage.when(info, options)]
 
 
-def default_passes(target: Any, *, multi_buffer_count: int | None = None) -> list[Any]:
+def default_passes(
+    target: Any, *, multi_buffer_count: int | None = None, verify_barriers: bool | None = None
+) -> list[Any]:
     """The passes :func:`lower` runs for ``target``, in order.
 
     Args:
         target: anything :func:`tilewave.get_target` accepts.
         multi_buffer_count: see :func:`lower`.
+        verify_barriers: see :func:`lower`.
 
     Raises:
         UnknownTargetError: the target is not one tilewave knows.
         PassOptionError: a bad option, or an option whose pass is not available.
+        DebugOptionError: ``TILEWAVE_VERIFY_BARRIERS`` is not a switch.
     """
     info = get_target(target)
-    options = _options(multi_buffer_count)
+    options = _options(multi_buffer_count, verify_barriers)
     return [stage.make(info, options) for stage in STAGES if stage.when(info, options)]
 
 
@@ -408,11 +426,18 @@ def run_stages(
     return mod
 
 
-def _lower_in_context(mod_or_func: Any, info: TargetInfo, multi_buffer_count: int | None):
+def _lower_in_context(
+    mod_or_func: Any,
+    info: TargetInfo,
+    multi_buffer_count: int | None,
+    verify_barriers: bool | None,
+):
     mod = _as_module(mod_or_func)
     _check_gpu_kernels(mod)
     check_shared_sizes_constant(mod)
-    passes = default_passes(info, multi_buffer_count=multi_buffer_count)
+    passes = default_passes(
+        info, multi_buffer_count=multi_buffer_count, verify_barriers=verify_barriers
+    )
     # Also checked inside the barrier stage; here the message shows the kernel as written.
     refuse_unfixable_in_module(mod, BARRIER_STAGE)
     lowered = run_stages(passes, mod, info, "tilewave.lower")
@@ -426,6 +451,7 @@ def lower(
     *,
     multi_buffer_count: int | None = None,
     instruments: Sequence[Any] | None = None,
+    verify_barriers: bool | None = None,
 ) -> tvm.IRModule:
     """Run tilewave's pass list for ``target`` and return the lowered IRModule.
 
@@ -438,6 +464,10 @@ def lower(
         multi_buffer_count: copies of each shared buffer for the multibuffer stage.
         instruments: ``tvm.instrument`` pass instruments to run with; by default those the
             ``TILEWAVE_*`` environment variables ask for (see docs/debugging.md).
+        verify_barriers: run the verifier on the barrier stage's output and raise
+            :class:`~tilewave.errors.UnfixableHazardError` for a hazard it left (a tilewave
+            bug); costs about as much as the barrier pass. ``None``: the
+            ``TILEWAVE_VERIFY_BARRIERS`` environment switch decides (off when unset).
 
     Raises:
         UnknownTargetError, KernelSourceError, MalformedKernelError, PassOptionError,
@@ -449,7 +479,7 @@ def lower(
     """
     info = get_target(target)
     with _pass_context(instruments):
-        return _lower_in_context(mod_or_func, info, multi_buffer_count)
+        return _lower_in_context(mod_or_func, info, multi_buffer_count, verify_barriers)
 
 
 _HOST_KINDS = frozenset({"llvm", "c", "cuda_host"})
@@ -512,6 +542,7 @@ def build(
     *,
     multi_buffer_count: int | None = None,
     instruments: Sequence[Any] | None = None,
+    verify_barriers: bool | None = None,
 ) -> BuildResult:
     """Lower ``mod_or_func`` with :func:`lower` and generate device source with TVM's codegen.
 
@@ -525,7 +556,7 @@ def build(
     """
     info = get_target(target)
     with _pass_context(instruments):
-        lowered = _lower_in_context(mod_or_func, info, multi_buffer_count)
+        lowered = _lower_in_context(mod_or_func, info, multi_buffer_count, verify_barriers)
         device_mod = _device_part(lowered)
         device_mod = run_stages(device_finalize_passes(), device_mod, info, "tilewave.device")
     check_rocm_block_size(device_mod, info)
