@@ -433,3 +433,49 @@ def test_an_exception_in_an_indexed_walk_reaches_the_caller_unchanged():
 
     with pytest.raises(KeyError, match="from the callback"):
         post_order_visit(body, fail, (tirx.BufferStore,))
+
+
+@pytest.mark.parametrize("kernel", ["fixture", "sm80_flash_attention"])
+def test_native_type_entries_walk_and_mutate_as_the_python_ones(monkeypatch, kernel):
+    from tilewave.ir import walker
+
+    if kernel == "fixture":
+        body = every_node_kind.body
+    else:
+        from example_loader import load_example
+
+        body = load_example(f"{kernel}.py").hand().body
+    assert walker._PRUNE_TYPES is not walker._prune, "this TVM build has testing.nop"
+    assert walker._KEEP_TYPES is not walker._keep, "this TVM build has testing.echo"
+
+    renames = {v: tirx.Var(f"{v}_r", v.ty) for v in _free_vars(body)}
+
+    def results() -> tuple[list, list, object, object]:
+        calls: list = []
+        everything: list = []
+        walker._walk(body, calls.append, (ir.expr.Call,))
+        walker._walk(body, everything.append, None)
+        renamed = substitute(body, renames)
+        rewritten = rewrite_calls(body, lambda call: None)
+        return calls, everything, renamed, rewritten
+
+    native = results()
+    monkeypatch.setattr(walker, "_PRUNE_TYPES", walker._prune)
+    monkeypatch.setattr(walker, "_KEEP_TYPES", walker._keep)
+    python = results()
+    for got, expected in zip(native[:2], python[:2], strict=True):
+        assert len(got) == len(expected) > 0
+        assert all(n.same_as(e) for n, e in zip(got, expected, strict=True))
+    assert not native[2].same_as(body)
+    tvm.ir.assert_structural_equal(native[2], python[2], map_free_vars=False)
+    assert native[3].same_as(body) and python[3].same_as(body)
+
+
+def test_a_missing_native_function_falls_back_to_python():
+    from tilewave.ir import walker
+
+    assert walker._native("tilewave.no_such_function", walker._prune) is walker._prune
+
+
+def _free_vars(stmt) -> list:
+    return list(tirx.analysis.undefined_vars(stmt, []))

@@ -54,7 +54,7 @@ from tvm.script import tirx as T
 
 from tilewave.codegen.common import immediate_operand
 from tilewave.errors import MalformedKernelError, TargetFeatureError, where
-from tilewave.ir.walker import TIRMutator, TIRVisitor, ffi_list, rebuild
+from tilewave.ir.walker import TIRMutator, TIRVisitor, ffi_list, post_order_visit, rebuild
 from tilewave.targets import get_target
 
 __all__ = ["MBARRIER_BUFFER", "PHASE_BUFFER", "READY_BUFFER", "lower_cuda_split_barriers"]
@@ -86,6 +86,20 @@ def _split_op_name(stmt: Any) -> str | None:
     op = stmt.value.op
     name = op.name if isinstance(op, ir.Op) else None
     return name if name in (_SIGNAL, _WAIT) else None
+
+
+def _has_split_ops(body: Any) -> bool:
+    """Whether ``body`` holds a split-barrier op (one C++ walk, Python only at
+    ``Evaluate`` statements: most kernels have none, and the scan below visits every
+    statement in Python)."""
+    found = False
+
+    def check(stmt: Any) -> None:
+        nonlocal found
+        found = found or _split_op_name(stmt) is not None
+
+    post_order_visit(body, check, (tirx.Evaluate,))
+    return found
 
 
 def _thread_axis(node: Any, func_name: str) -> _ThreadAxis | None:
@@ -297,6 +311,8 @@ def lower_cuda_split_barriers(func: tirx.PrimFunc, target: Any = "sm_90a") -> ti
             axis; a non-constant thread extent.
     """
     info = get_target(target)
+    if not _has_split_ops(func.body):
+        return func
     name = _func_name(func)
     scan = _SplitBarrierScan(name)
     scan.visit(func.body)

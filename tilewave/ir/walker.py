@@ -201,7 +201,7 @@ class TIRVisitor:
     def _entries(self) -> list[tuple[int, Callable[[Any, Any], Any]]]:
         """C++ dispatch entries: types pruned, ``visit_<Name>`` methods called, every other
         node descended in C++ without calling Python."""
-        entries: list[tuple[int, Callable[[Any, Any], Any]]] = [(_TYPE_ENTRY, _prune)]
+        entries: list[tuple[int, Callable[[Any, Any], Any]]] = [(_TYPE_ENTRY, _PRUNE_TYPES)]
         for name, index in _visit_methods(type(self)):
             method = getattr(self, name)
 
@@ -348,6 +348,27 @@ def _keep(value: Any, _mutator: Any) -> Any:
     return value  # types (and the expressions inside them) are not substituted
 
 
+def _native(name: str, fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """The C++ function ``name`` of this TVM build, else ``fallback`` (same behaviour).
+
+    Every expression carries a type node, so a walk that keeps out of types stops at one
+    per expression; answering that stop in C++ instead of a Python call makes a call- or
+    variable-level walk about twice as fast. ``tvm_ffi`` registers ``testing.nop``
+    (returns nothing: "handled, do not enter") and ``testing.echo`` (returns its first
+    argument: "keep this node")."""
+    found = tvm_ffi.get_global_func(name, allow_missing=True)
+    return fallback if found is None else found
+
+
+def _prune(_value: Any, _visitor: Any) -> None:
+    return None  # types are not walked
+
+
+#: the type-node entries of walks and mutations (see :func:`_native`)
+_PRUNE_TYPES = _native("testing.nop", _prune)
+_KEEP_TYPES = _native("testing.echo", _keep)
+
+
 def _constant(value: Any, var: Any) -> Any:
     """A Python number as a TIR constant of ``var``'s type (int32/float32 by default)."""
     dtype = str(getattr(var.ty, "dtype", ""))
@@ -387,7 +408,7 @@ def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
             return var  # a definition site accepts only another variable
         return value
 
-    entries = [(_TYPE_ENTRY, _keep, False), (_VAR_ENTRY, on_var, False)]
+    entries = [(_TYPE_ENTRY, _KEEP_TYPES, False), (_VAR_ENTRY, on_var, False)]
     out = _structural_mutate(node, entries)
     return node if out.same_as(node) else out
 
@@ -417,10 +438,6 @@ _NODE_ENTRIES = [
     for cls in (tirx.Stmt, ir.expr.Expr, tirx.IterVar, ir.Range)
 ]
 _CALL_ENTRY = _TYPE_INDEX(ir.expr.Call, api_name="tilewave.walker")
-
-
-def _prune(_value: Any, _visitor: Any) -> None:
-    return None  # types are not walked
 
 
 def post_order_visit(
@@ -554,7 +571,7 @@ def _walk(node: Any, callback: Callable[[Any], None], types: tuple[type, ...] | 
         # types hold expressions (buffer shapes) but never statements: a walk that calls
         # Python only at statements may enter them in C++, cheaper than a Python call at
         # every type node to prune it
-        entries.append((_TYPE_ENTRY, _prune))
+        entries.append((_TYPE_ENTRY, _PRUNE_TYPES))
     if types is None:
         entries.append((_CALL_ENTRY, on_call))
         entries += [(index, on_node) for index in _NODE_ENTRIES]
@@ -587,7 +604,8 @@ def rewrite_calls(node: Any, rewrite: Callable[[ir.expr.Call], Any]) -> Any:
             return call
         return call if replacement is None else replacement
 
-    out = _structural_mutate(node, [(_TYPE_ENTRY, _keep, False), (_CALL_ENTRY, on_call, False)])
+    entries = [(_TYPE_ENTRY, _KEEP_TYPES, False), (_CALL_ENTRY, on_call, False)]
+    out = _structural_mutate(node, entries)
     if failures:
         raise failures[0]
     return node if out.same_as(node) else out
@@ -604,7 +622,7 @@ def replace_nodes(node: Any, cls: type, replace: Callable[[Any], Any]) -> Any:
         return mutator.default_mutate(value) if replacement is None else replacement
 
     entries = [
-        (_TYPE_ENTRY, _keep, False),
+        (_TYPE_ENTRY, _KEEP_TYPES, False),
         (_TYPE_INDEX(cls, api_name="tilewave.walker"), on_node, False),
     ]
     out = _structural_mutate(node, entries)
