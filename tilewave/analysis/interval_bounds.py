@@ -425,8 +425,11 @@ def apart_with_loops_fixed(
         return True  # a loop leaves no iteration pair: the accesses never meet
     extents_key = _extents_key(thread_extents)
     for combo in itertools.product(*per_loop):
-        fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
-        fixed_b = tuple(sorted(item for _, fix_b in combo for item in fix_b))
+        if len(combo) == 1:  # one loop fixed (the usual case): its fixes are one item each
+            fixed_a, fixed_b = combo[0]
+        else:
+            fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
+            fixed_b = tuple(sorted(item for _, fix_b in combo for item in fix_b))
         bounds_a = _bounds_with(a, extents_key, thread_extents, fixed_a)
         bounds_b = _bounds_with(b, extents_key, thread_extents, fixed_b)
         if not any(_apart(x, y) for x, y in zip(bounds_a, bounds_b, strict=True)):

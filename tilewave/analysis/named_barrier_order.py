@@ -153,24 +153,27 @@ def arrive_barrier_ids(func: Any) -> set[int | None]:
 
 def named_barrier_ids(func: Any) -> set[int]:
     """The named-barrier ids ``func`` already uses (its own ``bar.sync``/``bar.arrive``)."""
-    return {i for i in _id_uses(func) if i >= 0}
+    return {i for i in _id_uses(func, strings=False) if i >= 0}
 
 
-def _id_uses(func: Any) -> dict[int, int]:
+def _id_uses(func: Any, strings: bool = True) -> dict[int, int]:
     """How many times each named-barrier id is named in ``func`` (``_ANY_ID``: some op's id
-    cannot be read, or an inline-asm string mentions a barrier instruction)."""
+    cannot be read, or, with ``strings``, an inline-asm string mentions a barrier
+    instruction)."""
     uses: dict[int, int] = {}
 
     def count(node: Any) -> None:
         if not isinstance(node, ir.expr.Call):
             return
         name = callee_name(node)
-        args = ffi_list(node.args)
         if name.startswith(_ID_OP_PREFIXES) and not name.startswith(_NOT_ID_OPS):
+            args = node.args
             key = int(args[0].value) if args and isinstance(args[0], tirx.IntImm) else _ANY_ID
             uses[key] = uses.get(key, 0) + 1
             return
-        for arg in args:
+        if not strings:
+            return  # (the arguments are only read for their strings: skip the conversion)
+        for arg in ffi_list(node.args):
             if isinstance(arg, ir.expr.StringImm) and (
                 "bar." in arg.value or "barrier." in arg.value
             ):

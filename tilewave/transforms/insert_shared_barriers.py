@@ -300,6 +300,14 @@ class _Placer:
         block-uniform by :mod:`tilewave.analysis.uniformity`)."""
         return not self.uniformity.is_block_uniform(expr, scope)
 
+    def loop_is_divergent(self, loop: Any, scope: AccessScope) -> bool:
+        """Whether threads may run ``loop`` different numbers of times (its ``min + extent``
+        is not block-uniform); a constant trip count is the same in every thread, which
+        the analysis would find by evaluating the sum in every thread."""
+        if type(loop.min) is tirx.IntImm and type(loop.extent) is tirx.IntImm:
+            return False
+        return self.is_divergent(tirx.Add(loop.min, loop.extent), scope)
+
     # -- barrier decisions ---------------------------------------------------------------
     def barrier_before(
         self, new: Iterable[SharedAccess], state: State, strict: bool = True
@@ -780,7 +788,7 @@ class _Placer:
             items, state = self.visit(stmt.body, state, scope, divergent)
             return [self.rebuilt(stmt, "body", items)], state
         inner_scope = self._scope_inside(stmt, scope)
-        inner = divergent or self.is_divergent(tirx.Add(stmt.min, stmt.extent), scope)
+        inner = divergent or self.loop_is_divergent(stmt, scope)
         # an outer loop's fixed-point rounds often reach an inner loop with the same state
         key = (stmt, scope, divergent, self._loop_depth, frozenset(state.items()))
         if key in self._loop_memo:
