@@ -27,6 +27,8 @@ from typing import Any
 
 import tvm_ffi
 
+from tilewave.ir.walker import ffi_list
+
 __all__ = ["Footprint", "FootprintCache", "footprint_of"]
 
 
@@ -60,7 +62,7 @@ def footprint_of(access: Any) -> Footprint | None:
     loops = access.loops
     bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in loops]
     exprs = tvm_ffi.StructuralKey(
-        [list(indices), list(access.path_conditions), list(access.buffer.ty.shape), bounds]
+        [list(indices), list(access.path_conditions), ffi_list(access.buffer.ty.shape), bounds]
     )
     keys = tuple(
         (

@@ -282,7 +282,7 @@ class _AccessCollector(TIRVisitor):
         collective: bool = False,
         completes_on: Any = None,
     ) -> None:
-        idx = None if indices is None else tuple(indices)
+        idx = None if indices is None else tuple(ffi_list(indices))
         loops = self._scope.loops + ((extra_loop,) if extra_loop is not None else ())
         access = SharedAccess(buffer, kind, idx, self._stmt, loops, self._scope)
         access.async_domain = async_domain

@@ -161,7 +161,7 @@ class TIRVisitor:
         if node is None:
             return
         if isinstance(node, (list, tuple, tvm_ffi.Array)):
-            for item in node:
+            for item in ffi_list(node):
                 self.visit(item)
             return
         if self._active is not None:

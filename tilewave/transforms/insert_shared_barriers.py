@@ -161,6 +161,10 @@ class _Placer:
         #: the scope after a ``Bind`` / inside a loop, per (statement, outer scope)
         self._scopes: dict[tuple[Any, AccessScope], AccessScope] = {}
         self._counts: dict[Any, tuple[int, int]] = {}
+        #: :meth:`_step` results by (instance, loop, entering)
+        self._steps: dict[tuple[Instance, Any, bool], Instance] = {}
+        #: :meth:`issued` of each access
+        self._issued: dict[SharedAccess, tuple[Instance, Pending]] = {}
 
     # -- facts ---------------------------------------------------------------------------
     def sync_action(self, stmt: Any) -> SyncAction | None:
@@ -513,17 +517,7 @@ class _Placer:
         state = dict(state)
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
-            is_async = acc.is_async
-            domain = acc.async_domain if self.target.is_cuda else amd_async_domain(acc)
-            grouped = is_async and domain in GROUP_DOMAINS
-            new = Pending(
-                not is_async,
-                frozenset(),
-                OPEN_GROUP if grouped else 0,
-                domain if is_async else None,
-                acc.completes_on,
-            )
-            inst = Instance(acc)
+            inst, new = self.issued(acc)
             state[inst] = join(new, state.get(inst))
         if not self.target.is_cuda and any(amd_async_domain(a) for a in accesses):
             # an AMD LDS DMA is one vector-memory load per wave, counted from its issue: it
@@ -532,6 +526,25 @@ class _Placer:
         if action is not None:  # an mbarrier arrive or wait, after its object was checked
             state = self.sync(stmt, state, divergent)
         return ([barrier] if barrier else []) + [stmt], state
+
+    def issued(self, acc: SharedAccess) -> tuple[Instance, Pending]:
+        """The instance ``acc`` starts when its statement runs, and its record (one pair
+        per access: every visit of the statement issues the same, and states then find
+        the instance by identity)."""
+        found = self._issued.get(acc)
+        if found is None:
+            is_async = acc.is_async
+            domain = acc.async_domain if self.target.is_cuda else amd_async_domain(acc)
+            grouped = is_async and domain in GROUP_DOMAINS
+            record = Pending(
+                not is_async,
+                frozenset(),
+                OPEN_GROUP if grouped else 0,
+                domain if is_async else None,
+                acc.completes_on,
+            )
+            found = self._issued[acc] = (Instance(acc), record)
+        return found
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
         """Raise when two accesses of one statement may race (checked once per access
@@ -825,7 +838,7 @@ class _Placer:
             # which iteration of this loop a pending access is compared with
             if loop is None:
                 return entry
-            return remap(entry, lambda i, _: i.entering(loop))
+            return remap(entry, lambda i, _: self._step(i, loop, entering=True))
 
         body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
         trial = self.hoisting_trial(stmt, state, scope, inner, count > (0, 0))
@@ -841,8 +854,17 @@ class _Placer:
         new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
         after = out if ext is not None and ext >= 1 else merge(head, out)
         if loop is not None:
-            after = remap(after, lambda i, _: i.leaving(loop))
+            after = remap(after, lambda i, _: self._step(i, loop, entering=False))
         return [*prefix, new_stmt], after
+
+    def _step(self, inst: Instance, loop: Any, entering: bool) -> Instance:
+        """``inst.entering(loop)`` or ``inst.leaving(loop)``, remembered (an outer loop's
+        rounds and hoisting trials move the same instances through the same loop)."""
+        key = (inst, loop, entering)
+        found = self._steps.get(key)
+        if found is None:
+            found = self._steps[key] = inst.entering(loop) if entering else inst.leaving(loop)
+        return found
 
     def hoisting_trial(
         self, loop: Any, state: State, scope: AccessScope, divergent: bool, body_synced: bool
