@@ -206,7 +206,14 @@ class TIRVisitor:
 
     def _entries(self) -> list[tuple[int, Callable[[Any, Any], Any]]]:
         """C++ dispatch entries: types pruned, ``visit_<Name>`` methods called, every other
-        node descended in C++ without calling Python."""
+        node descended in C++ without calling Python. Built once per visitor (a collector
+        visits each index and value of a statement separately)."""
+        entries = self.__dict__.get("_dispatch_entries")
+        if entries is None:
+            entries = self.__dict__["_dispatch_entries"] = self._new_entries()
+        return entries
+
+    def _new_entries(self) -> list[tuple[int, Callable[[Any, Any], Any]]]:
         entries: list[tuple[int, Callable[[Any, Any], Any]]] = [(_TYPE_ENTRY, _PRUNE_TYPES)]
         for name, index in _visit_methods(type(self)):
             method = getattr(self, name)
