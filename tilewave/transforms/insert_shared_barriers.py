@@ -150,7 +150,7 @@ class _Placer:
         #: results of serial loops already visited with the same entry state
         self._loop_memo: dict[Any, tuple[list[Any], State]] = {}
         #: ``may_conflict`` verdicts of (pending instance, new access) pairs
-        self._verdicts: dict[tuple[Instance, SharedAccess], bool] = {}
+        self._verdicts: dict[SharedAccess, dict[Instance, bool]] = {}
         #: ``Instance.around`` results by (instance, loop), for the fixed-point rounds
         self._moved: dict[tuple[Instance, Any], Instance] = {}
         #: ``sync_action`` of leaf statements and the sync counts of statement trees, by
@@ -245,36 +245,39 @@ class _Placer:
         return self.all_accesses(stmt.body, scope)
 
     def conflicts(self, access: SharedAccess, state: Iterable[Instance]) -> list[Instance]:
-        """The pending instances ``access`` may race with."""
+        """The pending instances ``access`` may race with (``may_conflict`` verdicts are
+        remembered per pair: fixed-point rounds and look-aheads ask the same pairs again)."""
         writes = access.kind.writes
         memory = access.memory_key
         anywhere = memory is ANY_MEMORY
+        verdicts = self._verdicts.get(access)
+        if verdicts is None:
+            verdicts = self._verdicts[access] = {}
         found = []
         for inst in state:  # (the pending accesses of every statement: kept plain)
             other = inst.access
             if not (writes or other.kind.writes):
                 continue
             key = other.memory_key
-            if (anywhere or key is ANY_MEMORY or key == memory) and self._conflict(inst, access):
+            if not (anywhere or key is ANY_MEMORY or key == memory):
+                continue
+            verdict = verdicts.get(inst)
+            if verdict is None:
+                verdict = verdicts[inst] = self._may_conflict(inst, access)
+            if verdict:
                 found.append(inst)
         return found
 
-    def _conflict(self, inst: Instance, access: SharedAccess) -> bool:
-        """``may_conflict`` of a pending instance and a new access, remembered: fixed-point
-        rounds and look-aheads ask the same pairs again."""
-        key = (inst, access)
-        verdict = self._verdicts.get(key)
-        if verdict is None:
-            verdict = may_conflict(
-                inst.access,
-                access,
-                self.thread_extents,
-                inst.iterations(),
-                inst.position_map() if inst.positions else None,
-                dict(inst.finished) if inst.finished else None,
-            )
-            self._verdicts[key] = verdict
-        return verdict
+    def _may_conflict(self, inst: Instance, access: SharedAccess) -> bool:
+        """``may_conflict`` of a pending instance and a new access."""
+        return may_conflict(
+            inst.access,
+            access,
+            self.thread_extents,
+            inst.iterations(),
+            inst.position_map() if inst.positions else None,
+            dict(inst.finished) if inst.finished else None,
+        )
 
     def after(self, stmt: Any, scope: AccessScope) -> AccessScope:
         """The scope of the statements that follow ``stmt`` in its statement list (one
