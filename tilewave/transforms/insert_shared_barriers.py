@@ -149,7 +149,7 @@ class _Placer:
         self._arrive_ids = arrive_barrier_ids(func)
         #: results of serial loops already visited with the same entry state
         self._loop_memo: dict[Any, tuple[list[Any], State]] = {}
-        #: ``may_conflict`` verdicts of (pending instance, new access) pairs
+        #: ``may_conflict`` verdicts by new access, then pending instance
         self._verdicts: dict[SharedAccess, dict[Instance, bool]] = {}
         #: ``Instance.around`` results by (instance, loop), for the fixed-point rounds
         self._moved: dict[tuple[Instance, Any], Instance] = {}
