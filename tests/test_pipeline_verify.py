@@ -10,6 +10,7 @@ import io
 
 import pytest
 import tvm
+from tvm.script import from_source
 from tvm.script import tirx as T
 
 import tilewave.pipeline as pipeline
@@ -19,19 +20,8 @@ from tilewave.instruments import ENV_VERIFY_BARRIERS, verify_barriers_from_env
 from tilewave.pipeline import LowerOptions, build, lower
 from tilewave.transforms.hazard_invariant import checked_barrier_pass
 
-
-@T.prim_func
-def mirrored_read(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    T.func_attr({"global_symbol": "mirrored_read"})
-    for tx in T.thread_binding(64, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "float32", scope="shared")
-        S[tx] = A[tx]
-        B[tx] = S[63 - tx]
-
-
+#: an unsynchronised mirror (a RAW race), as a kernel file's text and as a PrimFunc
 _MIRRORED_SOURCE = """
-from tvm.script import tirx as T
-
 @T.prim_func
 def mirrored(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
     for tx in T.thread_binding(64, thread="threadIdx.x"):
@@ -39,6 +29,7 @@ def mirrored(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
         S[tx] = A[tx]
         B[tx] = S[63 - tx]
 """
+mirrored_read = from_source(_MIRRORED_SOURCE, extra_vars={"T": T})
 
 
 @tvm.transform.module_pass(opt_level=0, name="tilewave.InsertSharedBarriers")
@@ -108,7 +99,7 @@ def test_environment_switch_turns_the_check_on_and_the_option_overrides_it(monke
 def test_cli_flag(monkeypatch, tmp_path, capsys):
     monkeypatch.delenv(ENV_VERIFY_BARRIERS, raising=False)
     path = tmp_path / "mirrored_kernel.py"
-    path.write_text(_MIRRORED_SOURCE)
+    path.write_text("from tvm.script import tirx as T\n" + _MIRRORED_SOURCE)
     argv = ["lower", str(path), "--target", "sm_90a"]
     assert main(argv, out=io.StringIO()) == 0
     status = main([*argv, "--verify-barriers"], out=io.StringIO())
