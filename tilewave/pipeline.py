@@ -298,7 +298,7 @@ def _options(multi_buffer_count: int | None, verify_barriers: bool | None = None
         )
     config = dict(tvm.transform.PassContext.current().config)
     if verify_barriers is None:
-        return LowerOptions(multi_buffer_count=multi_buffer_count, config=config)
+        verify_barriers = verify_barriers_from_env()
     return LowerOptions(
         multi_buffer_count=multi_buffer_count, config=config, verify_barriers=verify_barriers
     )
