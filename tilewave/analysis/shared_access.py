@@ -295,7 +295,7 @@ class _AccessCollector(TIRVisitor):
 
     def visit_TensorLoad(self, node: Any) -> None:
         self.generic_visit(node)
-        if _is_shared_var(node.source) and not self._in_address:
+        if is_shared_buffer(node.source) and not self._in_address:
             self.add(node.source, AccessKind.READ, node.indices)
 
     def visit_Call(self, node: ir.expr.Call) -> None:
@@ -451,7 +451,7 @@ def statement_accesses(
             f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
             "walk compound statements and pass their leaves"
         )
-    stores_shared = isinstance(stmt, tirx.BufferStore) and _is_shared_var(stmt.buffer)
+    stores_shared = isinstance(stmt, tirx.BufferStore) and is_shared_buffer(stmt.buffer)
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
     collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
@@ -473,27 +473,9 @@ def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
     call at every call and load."""
     bound = scope.bound_handles
     for var in ffi_list(tirx.analysis.undefined_vars(node, [])):
-        if hash(var) in bound or _is_shared_var(var):
+        if hash(var) in bound or is_shared_buffer(var):
             return True
     return False
-
-
-def _is_shared_var(var: Any) -> bool:
-    """:func:`is_shared_buffer` of a variable, remembered by node handle (the collector
-    asks about the same few buffers at every statement)."""
-    key = hash(var)
-    known = _SHARED_VARS.get(key)
-    if known is None:
-        if len(_SHARED_VARS) >= _SHARED_VARS_LIMIT:
-            _SHARED_VARS.clear()
-        known = _SHARED_VARS[key] = (var, is_shared_buffer(var))
-    return known[1]
-
-
-#: :func:`_is_shared_var` answers by node handle; each entry keeps its variable alive, so
-#: the handle cannot come to name another node
-_SHARED_VARS: dict[int, tuple[Any, bool]] = {}
-_SHARED_VARS_LIMIT = 8192
 
 
 def touches_shared_or_sync(stmt: Any) -> bool:

@@ -46,8 +46,25 @@ def buffer_scope(var: Any) -> str | None:
 
 
 def is_shared_buffer(var: Any) -> bool:
-    """True when ``var`` is a buffer in shared memory (``shared`` or ``shared.dyn``)."""
-    return buffer_scope(var) in SHARED_SCOPES
+    """True when ``var`` is a buffer in shared memory (``shared`` or ``shared.dyn``).
+
+    A variable's answer is remembered by node handle: the analyses ask about the same few
+    buffers at every statement, and reading a type through the FFI costs a microsecond."""
+    if type(var) is not ir.expr.Var:
+        return buffer_scope(var) in SHARED_SCOPES
+    key = hash(var)
+    known = _SHARED_VARS.get(key)
+    if known is None:
+        if len(_SHARED_VARS) >= _SHARED_VARS_LIMIT:
+            _SHARED_VARS.clear()
+        known = _SHARED_VARS[key] = (var, buffer_scope(var) in SHARED_SCOPES)
+    return known[1]
+
+
+#: :func:`is_shared_buffer` answers of variables by node handle; each entry keeps its
+#: variable alive, so the handle cannot come to name another node
+_SHARED_VARS: dict[int, tuple[Any, bool]] = {}
+_SHARED_VARS_LIMIT = 8192
 
 
 def takes_address_call(call: ir.expr.Call) -> bool:
