@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import sys
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -323,6 +325,33 @@ def test_an_exception_from_a_visit_method_arrives_unchanged():
     with pytest.raises(KeyError) as caught:
         post_order_visit(every_node_kind.body, lambda node: {}["missing"])
     assert caught.value.args == ("missing",)
+
+
+class _CountLoads(TIRVisitor):
+    def __init__(self) -> None:
+        self.loads = 0
+
+    def visit_TensorLoad(self, node) -> None:
+        self.loads += 1
+        self.generic_visit(node)
+
+
+def test_a_walked_visitor_is_freed_without_the_cyclic_collector():
+    # its cached C++ dispatch entries must not refer back to it: a cycle would leave every
+    # visitor (and all it holds) to the cyclic collector, which the analyses hold off
+    visitor = _CountLoads()
+    visitor.visit(every_node_kind.body)
+    visitor.visit(every_node_kind.body)  # the second walk reuses the cached entries
+    assert visitor.loads > 0
+    gone = weakref.ref(visitor)
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        del visitor
+        assert gone() is None
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _call(name: str, *args) -> ir.expr.Call:
