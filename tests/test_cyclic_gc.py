@@ -7,8 +7,9 @@ import importlib
 
 import pytest
 
+from tilewave.analysis.access_model import SharedAccess
 from tilewave.cyclic_gc import cyclic_gc_paused, without_cyclic_gc
-from tilewave.examples_builtin import tiled_transpose
+from tilewave.examples_builtin import block_sum, tiled_transpose
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
 
@@ -63,3 +64,29 @@ def test_the_barrier_pass_runs_with_it_paused(monkeypatch: pytest.MonkeyPatch) -
     assert seen and not any(seen)
     assert gc.isenabled()
     assert "lds_barrier" in out.script()
+
+
+def _live_access_records() -> int:
+    gc.collect()
+    return sum(type(obj) is SharedAccess for obj in gc.get_objects())
+
+
+def test_a_barrier_pass_leaves_neither_access_records_nor_cycles_behind() -> None:
+    # the analyses' caches hold access records weakly; a cached value that refers back to
+    # its own key (or to another record that refers back) would keep every record alive
+    before = _live_access_records()
+    for kernel in (block_sum, tiled_transpose):
+        insert_shared_barriers(kernel, "sm_90a")
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        insert_shared_barriers(block_sum, "sm_90a")
+        gc.collect()
+        cyclic = [obj for obj in gc.garbage if type(obj) is SharedAccess]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []  # reference counting alone frees them
+    assert _live_access_records() == before

@@ -384,7 +384,6 @@ class _Side:
     """One access's addresses and threads for a given assignment of some loop variables."""
 
     def __init__(self, access: SharedAccess, thread_extents: Mapping[Any, int]) -> None:
-        self.access = access
         self.flat = _flat(access)
         self.conditions = [c for cond in access.path_conditions for c in _conjuncts(cond)]
         #: the variables each condition reads (asked per thread variable and per loop)

@@ -632,7 +632,12 @@ def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
     }
 
 
-_PROOF_CACHE: weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]] = weakref.WeakKeyDictionary()
+#: verdicts by the first access, then the second, then the loop relation. Both levels hold
+#: their access weakly: a strong reference to the second from the first's entry kept pairs
+#: that had compared both ways alive for good (every pass leaked its accesses).
+_PROOF_CACHE: weakref.WeakKeyDictionary[
+    SharedAccess, weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]]
+] = weakref.WeakKeyDictionary()
 #: proof verdicts by the two accesses' footprints: statements with the same indices,
 #: conditions and loops get the same answer (:mod:`tilewave.analysis.footprint`)
 _SHARED_PROOFS = FootprintCache()
@@ -692,16 +697,20 @@ def may_conflict(
     if not _needs_proof(a, b, thread_extents, ordered):
         return False
     key = (
-        b,
         tuple((k, tuple(sorted(v))) for k, v in (iterations or {}).items()),
         tuple((positions or {}).items()),
         tuple((finished or {}).items()),
     )
-    cached = _PROOF_CACHE.setdefault(a, {})
+    by_second = _PROOF_CACHE.get(a)
+    if by_second is None:
+        by_second = _PROOF_CACHE[a] = weakref.WeakKeyDictionary()
+    cached = by_second.get(b)
+    if cached is None:
+        cached = by_second[b] = {}
     if key not in cached:
         shared = None
         if a.footprint is not None and b.footprint is not None:
-            shared = (a.footprint, b.footprint, ordered, key[1:])
+            shared = (a.footprint, b.footprint, ordered, key)
         found, verdict = (False, None) if shared is None else _SHARED_PROOFS.lookup(
             shared, thread_extents
         )
