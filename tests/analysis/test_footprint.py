@@ -6,6 +6,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
+from tilewave.analysis import footprint
 from tilewave.analysis.footprint import FootprintCache
 from tilewave.analysis.shared_access import (
     AccessScope,
@@ -77,3 +78,21 @@ def test_cache_is_per_run_and_bounded() -> None:
     assert cache.lookup("k3", run_a) == (False, None)
     assert cache.lookup("k", run_b) == (True, 4)
     assert cache.lookup("k", run_c) == (True, 5)
+
+
+def test_the_handle_lookup_agrees_with_the_structural_key() -> None:
+    # footprints are first looked up by the handles of the expression nodes; with that
+    # memo emptied before every access, each one is keyed structurally: the same answers
+    remembered = [acc.footprint for acc in _accesses()]
+    fresh = []
+    for acc in _accesses():
+        footprint._BY_HANDLES.clear()
+        fresh.append(acc.footprint)
+    assert all(f is r for f, r in zip(fresh, remembered, strict=True))
+    # one index node in a buffer of another shape: another footprint, by handle as well
+    write = _accesses()[0]
+    wide = tirx.decl_buffer((256,), "float32", "W", scope="shared")
+    store = tirx.BufferStore(wide, write.stmt.value, list(write.stmt.indices))
+    moved = statement_accesses(store, AccessScope())[-1]
+    assert moved.footprint != write.footprint
+    assert moved.footprint is statement_accesses(store, AccessScope())[-1].footprint

@@ -60,10 +60,7 @@ def footprint_of(access: Any) -> Footprint | None:
     if indices is None:
         return None
     loops = access.loops
-    bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in loops]
-    exprs = tvm_ffi.StructuralKey(
-        [list(indices), list(access.path_conditions), ffi_list(access.buffer.ty.shape), bounds]
-    )
+    conditions = access.path_conditions
     keys = tuple(
         (
             hash(lp.var),
@@ -75,8 +72,34 @@ def footprint_of(access: Any) -> Footprint | None:
         )
         for lp in loops
     )
+    # The same expression nodes make the same footprint: looked up by node handles before
+    # hashing the expressions structurally (``S[tx]`` of many statements is one ``tx``).
+    handles = (
+        tuple(map(hash, indices)),
+        tuple(map(hash, conditions)),
+        hash(access.buffer),
+        tuple(None if lp.bounds is None else tuple(map(hash, lp.bounds)) for lp in loops),
+        keys,
+    )
+    known = _BY_HANDLES.get(handles)
+    if known is not None:
+        return known[0]
+    bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in loops]
+    exprs = tvm_ffi.StructuralKey(
+        [list(indices), list(conditions), ffi_list(access.buffer.ty.shape), bounds]
+    )
     refs = tuple(lp.var for lp in loops) + tuple(lp.loop for lp in loops if lp.loop is not None)
-    return _interned(Footprint(exprs, keys, refs, hash((exprs, keys))))
+    found = _interned(Footprint(exprs, keys, refs, hash((exprs, keys))))
+    if len(_BY_HANDLES) >= _INTERNED_LIMIT:
+        _BY_HANDLES.clear()
+    # (the nodes named by handle are kept alive with the entry: a handle never comes to
+    # stand for another node while its entry exists)
+    _BY_HANDLES[handles] = (found, (indices, conditions, access.buffer, bounds))
+    return found
+
+
+#: footprints by the node handles of their expressions (see :func:`footprint_of`)
+_BY_HANDLES: dict[tuple[Any, ...], tuple[Footprint, tuple[Any, ...]]] = {}
 
 
 #: one object per distinct footprint: the caches then find a footprint by identity instead

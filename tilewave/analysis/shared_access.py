@@ -456,13 +456,22 @@ def statement_accesses(
         return []
     collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
     if isinstance(stmt, tirx.BufferStore):
-        collector.visit(stmt.value)
-        collector.visit(stmt.indices)
+        # (a variable or constant holds no load or call: most indices and many values)
+        value = stmt.value
+        if type(value) not in _PLAIN_OPERANDS:
+            collector.visit(value)
+        for index in ffi_list(stmt.indices):
+            if type(index) not in _PLAIN_OPERANDS:
+                collector.visit(index)
         if stores_shared:
             collector.add(stmt.buffer, AccessKind.WRITE, stmt.indices)
     else:
         collector.visit(stmt)
     return collector.accesses
+
+
+#: operand classes the collector has nothing to find in
+_PLAIN_OPERANDS = frozenset({ir.expr.Var, tirx.IntImm, tirx.FloatImm})
 
 
 def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
@@ -632,12 +641,6 @@ def _same_terms(a: dict[Any, int], b: dict[Any, int]) -> bool:
     }
 
 
-#: verdicts by the first access, then the second, then the loop relation. Both levels hold
-#: their access weakly: a strong reference to the second from the first's entry kept pairs
-#: that had compared both ways alive for good (every pass leaked its accesses).
-_PROOF_CACHE: weakref.WeakKeyDictionary[
-    SharedAccess, weakref.WeakKeyDictionary[SharedAccess, dict[Any, bool]]
-] = weakref.WeakKeyDictionary()
 #: proof verdicts by the two accesses' footprints: statements with the same indices,
 #: conditions and loops get the same answer (:mod:`tilewave.analysis.footprint`)
 _SHARED_PROOFS = FootprintCache()
@@ -696,32 +699,22 @@ def may_conflict(
     ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind) and not (a.collective or b.collective)
     if not _needs_proof(a, b, thread_extents, ordered):
         return False
-    key = (
+    # (both have indices here, so both have footprints: the verdict is kept by those)
+    shared = (
+        a.footprint,
+        b.footprint,
+        ordered,
         tuple((k, tuple(sorted(v))) for k, v in (iterations or {}).items()),
         tuple((positions or {}).items()),
         tuple((finished or {}).items()),
     )
-    by_second = _PROOF_CACHE.get(a)
-    if by_second is None:
-        by_second = _PROOF_CACHE[a] = weakref.WeakKeyDictionary()
-    cached = by_second.get(b)
-    if cached is None:
-        cached = by_second[b] = {}
-    if key not in cached:
-        shared = None
-        if a.footprint is not None and b.footprint is not None:
-            shared = (a.footprint, b.footprint, ordered, key)
-        found, verdict = (False, None) if shared is None else _SHARED_PROOFS.lookup(
-            shared, thread_extents
+    found, verdict = _SHARED_PROOFS.lookup(shared, thread_extents)
+    if not found:
+        verdict = not prove_no_overlap(
+            a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
         )
-        if not found:
-            verdict = not prove_no_overlap(
-                a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
-            )
-            if shared is not None:
-                _SHARED_PROOFS.put(shared, thread_extents, verdict)
-        cached[key] = verdict
-    return cached[key]
+        _SHARED_PROOFS.put(shared, thread_extents, verdict)
+    return verdict
 
 
 def _on_one_storage(a: SharedAccess, b: SharedAccess) -> bool | tuple[SharedAccess, SharedAccess]:
