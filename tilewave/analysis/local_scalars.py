@@ -29,13 +29,16 @@ def _top_level_stores(body: Any) -> list[Any]:
     stack = [body]
     while stack:
         node = stack.pop()
-        if isinstance(node, tirx.SeqStmt):
+        kind = type(node)  # (TIR statement classes have no subclasses: exact type tests)
+        if kind is tirx.SeqStmt:
             stack.extend(reversed(ffi_list(node.seq)))
-        elif isinstance(node, tirx.BufferStore):
+        elif kind is tirx.BufferStore:
             out.append(node)
-        elif isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+        elif kind is tirx.Evaluate:
+            continue
+        elif kind is tirx.For and node.kind == tirx.ForKind.THREAD_BINDING:
             stack.append(node.body)
-        elif not isinstance(node, (tirx.For, tirx.IfThenElse, tirx.While)):
+        elif kind not in (tirx.For, tirx.IfThenElse, tirx.While):
             child = getattr(node, "body", None)
             if isinstance(child, tirx.Stmt):
                 stack.append(child)
@@ -44,9 +47,15 @@ def _top_level_stores(body: Any) -> list[Any]:
 
 def single_assignment_scalars(func: Any) -> dict[Any, Any]:
     """Local one-element buffer -> the value of its only (top-level) store."""
-    candidates = [
-        store for store in _top_level_stores(func.body) if _is_local_scalar(store.buffer)
-    ]
+    scalar_buffers: dict[int, bool] = {}  # by handle: a kernel stores to few buffers
+    candidates = []
+    for store in _top_level_stores(func.body):
+        key = hash(store.buffer)
+        known = scalar_buffers.get(key)
+        if known is None:
+            known = scalar_buffers[key] = _is_local_scalar(store.buffer)
+        if known:
+            candidates.append(store)
     if not candidates:
         return {}  # (most kernels: no walk over the body needed)
     counts: dict[int, int] = {}  # by node handle (``==`` on expressions builds ``EQ``)

@@ -126,9 +126,10 @@ def _key(node: Any) -> int:
 
 def _premise_of(stmt: Any) -> Any | None:
     """The condition an ``assert`` or ``T.assume(...)`` statement states, else None."""
-    if isinstance(stmt, tirx.AssertStmt):
+    kind = type(stmt)  # (TIR statement classes have no subclasses: exact type tests)
+    if kind is tirx.AssertStmt:
         return stmt.condition
-    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, ir.expr.Call):
+    if kind is tirx.Evaluate and isinstance(stmt.value, ir.expr.Call):
         op = stmt.value.op
         if isinstance(op, ir.Op) and op.name == "tirx.assume":
             return stmt.value.args[0]
@@ -196,27 +197,31 @@ class UniformityAnalysis:
     def _record(self, stmt: Any, premises: tuple[Any, ...]) -> None:
         """Remember the premises in force at every control statement, and what each
         ``Bind`` and loop variable is defined as."""
-        if isinstance(stmt, tirx.SeqStmt):
+        kind = type(stmt)  # (TIR statement classes have no subclasses: exact type tests)
+        if kind is tirx.SeqStmt:
             for child in ffi_list(stmt.seq):
-                self._record(child, premises)
+                if type(child) is not tirx.BufferStore:  # (a store records nothing)
+                    self._record(child, premises)
                 premise = _premise_of(child)
                 if premise is not None and self._usable_premise(premise):
                     premises = (*premises, premise)
             return
-        if isinstance(stmt, tirx.Bind):
+        if kind is tirx.BufferStore:
+            return
+        if kind is tirx.Bind:
             self._definitions[_key(stmt.var)] = (stmt.var, stmt.value)
             return
-        if isinstance(stmt, tirx.IfThenElse):
+        if kind is tirx.IfThenElse:
             self._remember(stmt.condition, premises)
             self._record(stmt.then_case, premises)
             if stmt.else_case is not None:
                 self._record(stmt.else_case, premises)
             return
-        if isinstance(stmt, tirx.While):
+        if kind is tirx.While:
             self._remember(stmt.condition, premises)
             self._record(stmt.body, premises)
             return
-        if isinstance(stmt, tirx.For):
+        if kind is tirx.For:
             if stmt.kind != tirx.ForKind.THREAD_BINDING:
                 # iteration i's value: min + i * step, the same in every thread when both are
                 start = stmt.min if stmt.step is None else tirx.Add(stmt.min, stmt.step)
