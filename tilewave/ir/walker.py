@@ -489,37 +489,17 @@ def post_order_visit(
     if types is not None and isinstance(node, tirx.Stmt):
         nodes = _indexed_nodes(node, types)
         if nodes is not None:
-            for item in _of_types(nodes, tuple(types)):
-                callback(item)
+            wanted = tuple(types)
+            kinds: dict[type, bool] = {}
+            for item in nodes:
+                kind = type(item)
+                hit = kinds.get(kind)
+                if hit is None:
+                    hit = kinds[kind] = issubclass(kind, wanted)
+                if hit:
+                    callback(item)
             return
     _walk(node, callback, types)
-
-
-def _of_types(nodes: _Index, types: tuple[type, ...]) -> list[Any]:
-    """The nodes of an index that are instances of ``types``, in order; remembered per
-    ``types`` (the per-kernel analyses ask for the same classes more than once)."""
-    found = nodes.by_types.get(types)
-    if found is None:
-        kinds: dict[type, bool] = {}
-        found = []
-        for item in nodes:
-            kind = type(item)
-            hit = kinds.get(kind)
-            if hit is None:
-                hit = kinds[kind] = issubclass(kind, types)
-            if hit:
-                found.append(item)
-        nodes.by_types[types] = found
-    return found
-
-
-class _Index(list):  # type: ignore[type-arg]
-    """A statement's nodes of :data:`_INDEXED_TYPES` in post order, with the sublists
-    already asked for by class."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_types: dict[tuple[type, ...], list[Any]] = {}
 
 
 #: node classes a statement's shared index holds (see :func:`_indexed_nodes`)
@@ -531,11 +511,11 @@ _INDEXED_TYPES = (
 _WALKED_ONCE: dict[int, Any] = {}
 #: statements walked more than once: handle -> (node, its nodes of _INDEXED_TYPES in post
 #: order)
-_INDEXES: dict[int, tuple[Any, _Index]] = {}
+_INDEXES: dict[int, tuple[Any, list[Any]]] = {}
 _REMEMBERED = 16
 
 
-def _indexed_nodes(node: Any, types: tuple[type, ...]) -> _Index | None:
+def _indexed_nodes(node: Any, types: tuple[type, ...]) -> list[Any] | None:
     """The nodes of :data:`_INDEXED_TYPES` under statement ``node`` in post order, from
     one walk shared by every later walk of the same statement; None (walk it) when
     ``types`` holds another class or ``node`` is walked for the first time. A kernel's
@@ -553,8 +533,8 @@ def _indexed_nodes(node: Any, types: tuple[type, ...]) -> _Index | None:
     return _index(node, key)
 
 
-def _index(node: Any, key: int) -> _Index:
-    nodes = _Index()
+def _index(node: Any, key: int) -> list[Any]:
+    nodes: list[Any] = []
     _walk(node, nodes.append, _INDEXED_TYPES)
     _remember(_INDEXES, key, (node, nodes))
     return nodes
