@@ -96,3 +96,22 @@ def test_the_handle_lookup_agrees_with_the_structural_key() -> None:
     moved = statement_accesses(store, AccessScope())[-1]
     assert moved.footprint != write.footprint
     assert moved.footprint is statement_accesses(store, AccessScope())[-1].footprint
+
+
+def test_constants_of_two_types_are_two_footprints() -> None:
+    # a constant hashes by its value: the lookup by node must not take int32 3 for int64 3
+    write = _accesses()[0]
+    footprints = []
+    for dtype in ("int32", "int64"):
+        store = tirx.BufferStore(write.stmt.buffer, write.stmt.value, [tirx.IntImm(dtype, 3)])
+        footprints.append(statement_accesses(store, AccessScope())[-1].footprint)
+    footprint._BY_HANDLES.clear()
+    structural = [
+        statement_accesses(
+            tirx.BufferStore(write.stmt.buffer, write.stmt.value, [tirx.IntImm(dtype, 3)]),
+            AccessScope(),
+        )[-1].footprint
+        for dtype in ("int32", "int64")
+    ]
+    assert footprints[0] != footprints[1]
+    assert footprints == structural

@@ -21,7 +21,7 @@ such keys for one analysis run.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,10 +75,10 @@ def footprint_of(access: Any) -> Footprint | None:
     # The same expression nodes make the same footprint: looked up by node handles before
     # hashing the expressions structurally (``S[tx]`` of many statements is one ``tx``).
     handles = (
-        tuple(map(hash, indices)),
-        tuple(map(hash, conditions)),
-        hash(access.buffer),
-        tuple(None if lp.bounds is None else tuple(map(hash, lp.bounds)) for lp in loops),
+        tuple(map(_handle, indices)),
+        tuple(map(_handle, conditions)),
+        _handle(access.buffer),
+        tuple(None if lp.bounds is None else tuple(map(_handle, lp.bounds)) for lp in loops),
         keys,
     )
     known = _BY_HANDLES.get(handles)
@@ -98,6 +98,8 @@ def footprint_of(access: Any) -> Footprint | None:
     return found
 
 
+#: a node's handle (``hash`` of a constant is its value: ``3`` of int32 and of int64 agree)
+_handle: Callable[[Any], int] = tvm_ffi.Object.__hash__
 #: footprints by the node handles of their expressions (see :func:`footprint_of`)
 _BY_HANDLES: dict[tuple[Any, ...], tuple[Footprint, tuple[Any, ...]]] = {}
 
