@@ -180,9 +180,11 @@ def sync_action(stmt: Any) -> SyncAction | None:
     that only arrives (``bar.arrive``, ``mbarrier.arrive``) synchronises nothing by itself
     and is ignored; other BARRIER ops count as full barriers.
     """
-    if not isinstance(stmt, tirx.Evaluate) or not isinstance(stmt.value, ir.expr.Call):
+    if type(stmt) is not tirx.Evaluate:  # (exact: no subclasses, and no ABC check)
         return None
     call = stmt.value
+    if type(call) is not ir.expr.Call:
+        return None
     name = callee_name(call)
     if name == "tilewave.barrier_signal":
         return SyncAction(SyncKind.SIGNAL, _int_arg(call, 0, -1))
@@ -446,16 +448,19 @@ def statement_accesses(
         UnclassifiedOpError: a call addresses a shared buffer but its op is unknown.
     """
     scope = loops if isinstance(loops, AccessScope) else AccessScope(tuple(loops))
-    if isinstance(stmt, tirx.Stmt) and not is_leaf_statement(stmt):
+    # (exact class tests: TIR node classes have no subclasses, and `isinstance` on them
+    # goes through an ABC check)
+    is_store = type(stmt) is tirx.BufferStore
+    if not is_store and isinstance(stmt, tirx.Stmt) and not is_leaf_statement(stmt):
         raise MalformedKernelError(
             f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
             "walk compound statements and pass their leaves"
         )
-    stores_shared = isinstance(stmt, tirx.BufferStore) and is_shared_buffer(stmt.buffer)
+    stores_shared = is_store and is_shared_buffer(stmt.buffer)
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
     collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
-    if isinstance(stmt, tirx.BufferStore):
+    if is_store:
         # (a variable or constant holds no load or call: most indices and many values)
         value = stmt.value
         if type(value) not in _PLAIN_OPERANDS:

@@ -262,10 +262,11 @@ def classify(name: str) -> OpEffect | None:
 
 def callee_name(call: ir.expr.Call) -> str:
     """The name a call is classified by: the op name, or the callee of an extern call."""
-    if isinstance(call.op, ir.Op):
-        op_name = call.op.name
+    op = call.op
+    if type(op) is ir.Op:  # (no subclasses: an exact test skips the FFI classes' ABC check)
+        op_name = op.name
     else:  # a call to another function of the module (a GlobalVar)
-        op_name = str(getattr(call.op, "name_hint", call.op))
+        op_name = str(getattr(op, "name_hint", op))
     if op_name in ("tirx.call_extern", "tirx.call_pure_extern", "tirx.call_llvm_intrin",
                    "tirx.call_llvm_pure_intrin") and len(call.args) > 0:
         first = call.args[0]
