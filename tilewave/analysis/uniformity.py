@@ -206,8 +206,6 @@ class UniformityAnalysis:
                 if premise is not None and self._usable_premise(premise):
                     premises = (*premises, premise)
             return
-        if kind is tirx.BufferStore:
-            return
         if kind is tirx.Bind:
             self._definitions[_key(stmt.var)] = (stmt.var, stmt.value)
             return
