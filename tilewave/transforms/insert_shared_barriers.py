@@ -165,6 +165,9 @@ class _Placer:
         self._steps: dict[tuple[Instance, Any, bool], Instance] = {}
         #: :meth:`issued` of each access
         self._issued: dict[SharedAccess, tuple[Instance, Pending]] = {}
+        #: (leaf, scope) pairs with no shared access and no synchronisation: every visit
+        #: passes them through unchanged, so statement lists skip them without a visit
+        self._inert: set[tuple[Any, AccessScope]] = set()
 
     # -- facts ---------------------------------------------------------------------------
     def sync_action(self, stmt: Any) -> SyncAction | None:
@@ -453,8 +456,13 @@ class _Placer:
         if kind is tirx.SeqStmt:
             items: list[Any] = []
             children = ffi_list(stmt.seq)
+            inert = self._inert
             for at, child in enumerate(children):
-                later = self.after(child, scope)
+                later = self.after(child, scope) if type(child) is tirx.Bind else scope
+                if (child, scope) in inert:
+                    items.append(child)
+                    scope = later
+                    continue
                 self._upcoming.append(self._later_accesses(children, at + 1, later))
                 try:
                     new, state = self.visit(child, state, scope, divergent)
@@ -512,6 +520,8 @@ class _Placer:
             return [stmt], self.sync(stmt, state, divergent, scope)
         accesses = self.accesses(stmt, scope, owner)
         if not accesses and action is None:
+            if owner is None:
+                self._inert.add((stmt, scope))
             return [stmt], state  # registers and global memory only
         self.check_within_statement(stmt, accesses)
         barrier, state = self.barrier_before(accesses, state)
