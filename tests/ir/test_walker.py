@@ -23,6 +23,7 @@ from tilewave.ir.walker import (
     post_order_visit,
     rebuild,
     rewrite_calls,
+    seq_stmt,
     substitute,
 )
 
@@ -508,3 +509,12 @@ def test_a_missing_native_function_falls_back_to_python():
 
 def _free_vars(stmt) -> list:
     return list(tirx.analysis.undefined_vars(stmt, []))
+
+
+def test_seq_stmt_builds_what_the_python_constructor_builds():
+    x = tirx.Var("x", "int32")
+    items = [tirx.Bind(x, tirx.IntImm("int32", 1)), tirx.Evaluate(x + 1), tirx.Evaluate(x)]
+    made = seq_stmt(items)
+    assert type(made) is tirx.SeqStmt
+    assert [s.same_as(i) for s, i in zip(made.seq, items, strict=True)] == [True] * 3
+    tvm.ir.assert_structural_equal(made, tirx.SeqStmt(items))

@@ -41,6 +41,7 @@ __all__ = [
     "rebuild_seq",
     "replace_nodes",
     "rewrite_calls",
+    "seq_stmt",
     "substitute",
     "walk_nodes",
 ]
@@ -340,6 +341,17 @@ class TIRMutator:
                 return value
             return new_map
         return value
+
+
+def seq_stmt(items: list[Any]) -> tirx.SeqStmt:
+    """``tirx.SeqStmt(items)`` for statements of a TIR tree or made by tilewave, built by
+    the FFI constructor directly (the Python constructor first looks at every item for
+    legacy Python-side wrappers with a ``body``, which such statements never are; on a
+    statement list of thousands that look costs more than the node)."""
+    return _SEQ_STMT(items, None)
+
+
+_SEQ_STMT = tirx._ffi_api.SeqStmt
 
 
 def rebuild_seq(items: list[Any], original: tirx.SeqStmt) -> tirx.Stmt:

@@ -31,7 +31,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import ffi_list, post_order_visit, rebuild
+from tilewave.ir.walker import ffi_list, post_order_visit, rebuild, seq_stmt
 
 __all__ = ["commit_copy_runs", "has_commits", "issues_group_copies", "waits_on_groups"]
 
@@ -201,7 +201,7 @@ class _Committer:
 
     def _body(self, stmt: Any) -> Any:
         if self.role(stmt) == _COPY:
-            return tirx.SeqStmt([stmt, call_op("tilewave.commit_async_ops")])
+            return seq_stmt([stmt, call_op("tilewave.commit_async_ops")])
         return self.rewrite(stmt)
 
     def _sequence(self, children: list[Any], original: Any) -> Any:
@@ -233,7 +233,7 @@ class _Committer:
         )
         if unchanged:
             return original
-        return tirx.SeqStmt(out)
+        return seq_stmt(out)
 
 
 def commit_copy_runs(body: Any, func_name: str | None = None) -> Any:

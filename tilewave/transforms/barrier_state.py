@@ -194,8 +194,10 @@ class Barrier:
 
 
 def join(p: Pending, q: Pending | None) -> Pending:
-    """One entry for two ways one access instance may be pending."""
-    if q is None:
+    """One entry for two ways one access instance may be pending (``p`` itself when ``q``
+    is equal: loop rounds join each record with itself, and a new record costs more than
+    the comparison)."""
+    if q is None or q is p or q == p:
         return p
     return Pending(
         p.landed and q.landed,

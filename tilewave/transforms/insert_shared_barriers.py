@@ -83,7 +83,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
     where,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import expect_repeated_walks, ffi_list, rebuild
+from tilewave.ir.walker import expect_repeated_walks, ffi_list, rebuild, seq_stmt
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, waits_on_groups
 from tilewave.transforms.barrier_state import (
@@ -168,6 +168,8 @@ class _Placer:
         #: (leaf, scope) pairs with no shared access and no synchronisation: every visit
         #: passes them through unchanged, so statement lists skip them without a visit
         self._inert: set[tuple[Any, AccessScope]] = set()
+        #: the records :meth:`issued` made, each value once
+        self._records: dict[Pending, Pending] = {}
 
     # -- facts ---------------------------------------------------------------------------
     def sync_action(self, stmt: Any) -> SyncAction | None:
@@ -191,7 +193,9 @@ class _Placer:
                 children = ffi_list(stmt.seq)
             else:
                 children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
-            counts = [self.sync_counts(c) for c in children if isinstance(c, tirx.Stmt)]
+            counts = [
+                self.sync_counts(c) for c in children if c is not None and isinstance(c, tirx.Stmt)
+            ]
             found = (sum(c[0] for c in counts), sum(c[1] for c in counts))
         self._counts[stmt] = found
         return found
@@ -230,7 +234,8 @@ class _Placer:
             out = []
             for child in ffi_list(stmt.seq):
                 out += self.all_accesses(child, scope)
-                scope = self.after(child, scope)
+                if type(child) is tirx.Bind:
+                    scope = self.after(child, scope)
             return out
         if kind is tirx.IfThenElse:
             out = self.condition_accesses(stmt, scope)
@@ -494,7 +499,8 @@ class _Placer:
                 inner = scope
                 for child in children[start:]:
                     out += self.all_accesses(child, inner)
-                    inner = self.after(child, inner)
+                    if type(child) is tirx.Bind:
+                        inner = self.after(child, inner)
                 found.append(out)
             return found[0]
 
@@ -556,6 +562,9 @@ class _Placer:
                 domain if is_async else None,
                 acc.completes_on,
             )
+            # one object per distinct record: joins and state comparisons then meet
+            # identical objects (most records are "a plain access, landed")
+            record = self._records.setdefault(record, record)
             found = self._issued[acc] = (Instance(acc), record)
         return found
 
@@ -1002,15 +1011,21 @@ class _Placer:
     def sequence(self, items: list[Any], original: Any = None) -> Any:
         """Turn items into one statement, expanding barrier placeholders; ``original``
         comes back unchanged when the items are exactly its statements."""
-        old = ffi_list(original.seq) if isinstance(original, tirx.SeqStmt) else [original]
+        # (exact class tests: TIR node classes have no subclasses, and `isinstance` on
+        # them goes through an ABC check, per item of lists of thousands)
+        old = ffi_list(original.seq) if type(original) is tirx.SeqStmt else [original]
         if len(old) == len(items) and all(
-            not isinstance(i, Barrier) and i.same_as(o) for i, o in zip(items, old, strict=True)
+            type(i) is not Barrier and i.same_as(o) for i, o in zip(items, old, strict=True)
         ):
             return original
         out: list[Any] = []
         for item in items:
-            if not isinstance(item, Barrier):
-                out.extend(ffi_list(item.seq) if isinstance(item, tirx.SeqStmt) else [item])
+            kind = type(item)
+            if kind is tirx.SeqStmt:
+                out.extend(ffi_list(item.seq))
+                continue
+            if kind is not Barrier:
+                out.append(item)
                 continue
             for domain, count in item.unit_waits:
                 out.append(_unit_wait(domain, count))
@@ -1036,7 +1051,7 @@ class _Placer:
             out.append(call_op("tilewave.barrier_wait", WORKGROUP_BARRIER))
         if len(out) == 1:
             return out[0]
-        return tirx.SeqStmt(out)
+        return seq_stmt(out)
 
 
 
