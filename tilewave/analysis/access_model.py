@@ -284,6 +284,10 @@ class SharedAccess:
     #: for an access through a pointer (``indices`` None): the indices the pointer takes
     #: the address of (``()``: the buffer's data pointer); it reaches from there on
     start: tuple[Any, ...] | None = field(default=None, repr=False)
+    #: the analyses' per-access results by name, each with the analysis run it belongs to
+    #: (an attribute lookup: a weak dictionary keyed by the access costs a Python call
+    #: per question, and the proofs ask thousands); values must not refer to the access
+    memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     @functools.cached_property
     def resolved_indices(self) -> tuple[Any, ...] | None:

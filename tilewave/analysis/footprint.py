@@ -48,6 +48,8 @@ class Footprint:
     refs: tuple[Any, ...] = field(compare=False, repr=False)
     #: ``hash((exprs, loops))``, computed once (footprints are looked up in pairs)
     key_hash: int = field(default=0, compare=False, repr=False)
+    #: what analyses derived from the footprint alone, by name (lives as long as it)
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __hash__(self) -> int:
         return self.key_hash

@@ -27,7 +27,6 @@ import enum
 import functools
 import itertools
 import math
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -615,7 +614,6 @@ _Context = tuple[dict[Any, np.ndarray], dict[Any, np.ndarray]]
 _Ties = tuple[list[tuple[Any, int, int]], list[tuple[Any, int, int]]]
 
 
-_SIDES: weakref.WeakKeyDictionary[Any, tuple[int, _Side | None]] = weakref.WeakKeyDictionary()
 #: sides by footprint: accesses of other statements with the same indices, conditions and
 #: loops enumerate the same points (their point sets are cached on the side)
 _SHARED_SIDES = FootprintCache()
@@ -623,7 +621,7 @@ _SHARED_SIDES = FootprintCache()
 
 def _side(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _Side:
     """The (cached) enumerable form of ``access``; raises when it has none."""
-    cached = _SIDES.get(access)
+    cached = access.memo.get("enumeration_side")
     if cached is None or cached[0] != id(thread_extents):
         shared = access.footprint
         found, side = (False, None) if shared is None else _SHARED_SIDES.lookup(
@@ -637,7 +635,7 @@ def _side(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _Side:
             if shared is not None:
                 _SHARED_SIDES.put(shared, thread_extents, side)
         cached = (id(thread_extents), side)
-        _SIDES[access] = cached
+        access.memo["enumeration_side"] = cached
     if cached[1] is None:
         raise _NotEnumerable("access not enumerable")
     return cached[1]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -226,14 +225,12 @@ class _Shape:
         self.memo: dict[Any, tuple[Any, ...]] = {}
 
 
-_SHAPES: weakref.WeakKeyDictionary[Any, _Shape] = weakref.WeakKeyDictionary()
-
-
 def _shape(access: SharedAccess) -> _Shape:
-    key = access.footprint if access.footprint is not None else access
-    shape = _SHAPES.get(key)
+    footprint = access.footprint
+    memo = footprint.memo if footprint is not None else access.memo  # (through a pointer)
+    shape = memo.get("interval_shape")
     if shape is None:
-        shape = _SHAPES[key] = _Shape(access)
+        shape = memo["interval_shape"] = _Shape(access)
     return shape
 
 

@@ -773,17 +773,12 @@ class _IndexFacts:
     thread_parts: tuple[tuple[dict[Any, int], tuple[int, int]] | None, ...]
 
 
-_FACTS_CACHE: weakref.WeakKeyDictionary[SharedAccess, tuple[int, _IndexFacts]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 #: facts by footprint (accesses of other statements with the same indices and loops)
 _SHARED_FACTS = FootprintCache()
 
 
 def _index_facts(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _IndexFacts:
-    cached = _FACTS_CACHE.get(access)
+    cached = access.memo.get("index_facts")
     if cached is not None and cached[0] == id(thread_extents):
         return cached[1]
     shared = access.footprint
@@ -799,7 +794,7 @@ def _index_facts(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _In
         )
         if shared is not None:
             _SHARED_FACTS.put(shared, thread_extents, facts)
-    _FACTS_CACHE[access] = (id(thread_extents), facts)
+    access.memo["index_facts"] = (id(thread_extents), facts)
     return facts
 
 

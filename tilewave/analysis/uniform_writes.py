@@ -19,7 +19,6 @@ someone writes it meanwhile, which is a global-memory race of its own.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -81,17 +80,14 @@ def _exits_early(loop: Any) -> bool:
     return _EXITING[loop]
 
 
-_VERDICTS: weakref.WeakKeyDictionary[Any, tuple[int, bool]] = weakref.WeakKeyDictionary()
-
-
 def writes_same_everywhere(access: SharedAccess, thread_extents: Mapping[Any, int]) -> bool:
     """True when every thread that runs ``access`` (a plain store) runs it in the same
     iterations and writes the same value to the same element (cached per access)."""
-    cached = _VERDICTS.get(access)
+    cached = access.memo.get("writes_same_everywhere")
     if cached is not None and cached[0] == id(thread_extents):
         return cached[1]
     verdict = _same_everywhere(access, list(thread_extents))
-    _VERDICTS[access] = (id(thread_extents), verdict)
+    access.memo["writes_same_everywhere"] = (id(thread_extents), verdict)
     return verdict
 
 
