@@ -3,13 +3,16 @@ proofs cannot tell them apart (same index structure, same variables, same loops)
 
 from __future__ import annotations
 
+from typing import Any
+
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tilewave.analysis import footprint
-from tilewave.analysis.footprint import FootprintCache
+from tilewave.analysis import footprint, shared_access
+from tilewave.analysis.footprint import FootprintCache, loops_read
 from tilewave.analysis.shared_access import (
     AccessScope,
+    LoopRange,
     collect_thread_extents,
     may_conflict,
     statement_accesses,
@@ -115,3 +118,53 @@ def test_constants_of_two_types_are_two_footprints() -> None:
     ]
     assert footprints[0] != footprints[1]
     assert footprints == structural
+
+
+@T.prim_func
+def looped(A: T.Buffer((128,), "float32"), B: T.Buffer((128,), "float32")):
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        for k in range(4):
+            S[tx] = A[tx]
+            B[tx] = S[(tx + 1) % 128]
+            S[(tx + k) % 128] = A[tx]
+
+
+def _looped_accesses() -> tuple[Any, Any, Any, Any]:
+    """The loop and the accesses of its three statements, in the loop's scope."""
+    loops: list = []
+    post_order_visit(looped.body, loops.append, (tirx.For,))
+    loop = next(lp for lp in loops if lp.kind == tirx.ForKind.SERIAL)
+    tx = next(lp for lp in loops if lp.kind == tirx.ForKind.THREAD_BINDING).loop_var
+    scope = AccessScope().within_loop(LoopRange.of(loop, AccessScope(), [tx]))
+    write, read, shifted = (statement_accesses(s, scope)[-1] for s in loop.body.seq)
+    return loop, write, read, shifted
+
+
+def test_loops_read_names_the_loops_an_access_reads() -> None:
+    loop, write, read, shifted = _looped_accesses()
+    assert loops_read(write) == frozenset()
+    assert loops_read(read) == frozenset()
+    assert loops_read(shifted) == frozenset({hash(loop)})
+
+
+def test_distances_of_a_loop_neither_access_reads_make_one_proof(monkeypatch) -> None:
+    loop, write, read, shifted = _looped_accesses()
+    extents = collect_thread_extents(looped)
+    asked: list = []
+    real = shared_access.prove_no_overlap
+
+    def counting(a, b, thread_extents, iterations, *rest):  # type: ignore[no-untyped-def]
+        asked.append(dict(iterations or {}))
+        return real(a, b, thread_extents, iterations, *rest)
+
+    monkeypatch.setattr(shared_access, "prove_no_overlap", counting)
+    verdicts = [may_conflict(write, read, extents, {loop: frozenset({d})}) for d in (1, 2, 3)]
+    assert verdicts == [True, True, True]  # another thread's element, in any iteration
+    assert asked == [{}]  # asked once, without the loop
+    # a loop an access reads keeps its distances apart: they give different answers
+    asked.clear()
+    same = may_conflict(shifted, shifted, extents, {loop: frozenset({0})})
+    next_one = may_conflict(shifted, shifted, extents, {loop: frozenset({1})})
+    assert (same, next_one) == (False, True)
+    assert asked == [{loop: frozenset({0})}, {loop: frozenset({1})}]

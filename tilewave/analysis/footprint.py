@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm_ffi
+from tvm import tirx
 
 from tilewave.ir.walker import ffi_list
 
-__all__ = ["Footprint", "FootprintCache", "footprint_of"]
+__all__ = ["Footprint", "FootprintCache", "footprint_of", "loops_read"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,29 @@ def footprint_of(access: Any) -> Footprint | None:
     # stand for another node while its entry exists)
     _BY_HANDLES[handles] = (found, (indices, conditions, access.buffer, bounds))
     return found
+
+
+def loops_read(access: Any) -> frozenset[int]:
+    """Handles of the ``For`` statements around ``access`` whose variable its footprint
+    reads: in an index, a path condition or a loop bound (the proofs see nothing else of
+    a loop, so its iteration distances cannot change their answer about this access).
+    Kept on the footprint (empty without one: an access through a pointer has no indices
+    to read a loop with)."""
+    footprint = access.footprint
+    if footprint is None:
+        return frozenset()
+    found = footprint.memo.get("loops_read")
+    if found is None:
+        exprs = [*access.resolved_indices, *access.path_conditions]
+        exprs += [bound for lp in access.loops if lp.bounds is not None for bound in lp.bounds]
+        read = {hash(var) for expr in exprs for var in tirx.analysis.undefined_vars(expr, [])}
+        found = frozenset(
+            loop_handle
+            for var_handle, *_, loop_handle in footprint.loops
+            if loop_handle is not None and var_handle in read
+        )
+        footprint.memo["loops_read"] = found
+    return found  # type: ignore[no-any-return]
 
 
 #: a node's handle (``hash`` of a constant is its value: ``3`` of int32 and of int64 agree)

@@ -44,7 +44,7 @@ from tilewave.analysis.access_model import (
     is_thread_dependent,
 )
 from tilewave.analysis.copy_regions import MATRIX_ROW_OPS, copy_region
-from tilewave.analysis.footprint import FootprintCache
+from tilewave.analysis.footprint import FootprintCache, loops_read
 from tilewave.analysis.hopper_ops import (
     DescriptorSource,
     descriptor_region,
@@ -704,6 +704,15 @@ def may_conflict(
     ordered = AccessKind.ASYNC_WRITE not in (a.kind, b.kind) and not (a.collective or b.collective)
     if not _needs_proof(a, b, thread_extents, ordered):
         return False
+    if iterations or positions or finished:
+        # a loop neither access reads changes no proof: without it, the questions about
+        # every iteration distance of such a loop are one question (a loop-invariant
+        # access carried around its loop is asked at distance 1, 2, ... FAR)
+        read = loops_read(a) | loops_read(b)
+        iterations, positions, finished = (
+            None if relation is None else {k: v for k, v in relation.items() if hash(k) in read}
+            for relation in (iterations, positions, finished)
+        )
     # (both have indices here, so both have footprints: the verdict is kept by those)
     shared = (
         a.footprint,
