@@ -16,7 +16,9 @@ writes ``S[tx]`` hundreds of times, an unrolled one reads one tile element in ma
 their free variables by *identity* (``tvm_ffi.StructuralKey``: ``tx`` of one kernel is not
 ``tx`` of another), loops by node handle, which the footprint keeps alive (a handle in a
 key never comes to stand for another node). :class:`FootprintCache` holds results under
-such keys for one analysis run.
+such keys for one analysis run; what depends on the footprint alone (the interval
+screen's index trees, :func:`loops_read`) is kept on the footprint itself
+(``Footprint.memo``).
 """
 
 from __future__ import annotations
