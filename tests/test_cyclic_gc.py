@@ -72,8 +72,9 @@ def _live_access_records() -> int:
 
 
 def test_a_barrier_pass_leaves_neither_access_records_nor_cycles_behind() -> None:
-    # the analyses' caches hold access records weakly; a cached value that refers back to
-    # its own key (or to another record that refers back) would keep every record alive
+    # the analyses keep per-access results on the record itself (`SharedAccess.memo`) or
+    # hold records weakly; a cached value that refers back to its record (or to another
+    # record that refers back) would make a cycle or keep every record alive
     before = _live_access_records()
     for kernel in (block_sum, tiled_transpose):
         insert_shared_barriers(kernel, "sm_90a")

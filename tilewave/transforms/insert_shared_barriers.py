@@ -235,7 +235,7 @@ class _Placer:
             for child in ffi_list(stmt.seq):
                 out += self.all_accesses(child, scope)
                 if type(child) is tirx.Bind:
-                    scope = self.after(child, scope)
+                    scope = self.after_bind(child, scope)
             return out
         if kind is tirx.IfThenElse:
             out = self.condition_accesses(stmt, scope)
@@ -287,15 +287,15 @@ class _Placer:
             dict(inst.finished) if inst.finished else None,
         )
 
-    def after(self, stmt: Any, scope: AccessScope) -> AccessScope:
-        """The scope of the statements that follow ``stmt`` in its statement list (one
-        object per statement and scope: rounds and look-aheads reuse it)."""
-        if type(stmt) is not tirx.Bind:
-            return scope
+    def after_bind(self, stmt: Any, scope: AccessScope) -> AccessScope:
+        """The scope of the statements that follow the ``Bind`` ``stmt`` in its statement
+        list (one object per statement and scope: rounds and look-aheads reuse it). Other
+        statements leave the scope as it is: callers test for ``Bind`` themselves, as
+        statement lists are walked often and most statements are not bindings."""
         key = (stmt, scope)
         found = self._scopes.get(key)
         if found is None:
-            found = self._scopes[key] = _after(stmt, scope)
+            found = self._scopes[key] = scope.binding(stmt.var, stmt.value)
         return found
 
     def _scope_inside(self, loop: Any, scope: AccessScope) -> AccessScope:
@@ -463,7 +463,7 @@ class _Placer:
             children = ffi_list(stmt.seq)
             inert = self._inert
             for at, child in enumerate(children):
-                later = self.after(child, scope) if type(child) is tirx.Bind else scope
+                later = self.after_bind(child, scope) if type(child) is tirx.Bind else scope
                 if (child, scope) in inert:
                     items.append(child)
                     scope = later
@@ -500,7 +500,7 @@ class _Placer:
                 for child in children[start:]:
                     out += self.all_accesses(child, inner)
                     if type(child) is tirx.Bind:
-                        inner = self.after(child, inner)
+                        inner = self.after_bind(child, inner)
                 found.append(out)
             return found[0]
 
@@ -1060,13 +1060,6 @@ def _unit_wait(domain: str, count: int) -> Any:
     if domain == "wgmma":
         return tirx.Evaluate(T.ptx.wgmma.wait_group.sync.aligned(count))
     return tirx.Evaluate(T.ptx.cp.async_.bulk.wait_group.read(count))
-
-
-def _after(stmt: Any, scope: AccessScope) -> AccessScope:
-    """The scope of the statements that follow ``stmt`` in its statement list."""
-    if isinstance(stmt, tirx.Bind):
-        return scope.binding(stmt.var, stmt.value)
-    return scope
 
 
 def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
