@@ -138,3 +138,34 @@ def test_copy_through_a_let_bound_pointer_without_its_wait_is_a_raw():
     assert hazard.buffer == "S"
     assert hazard.first.kind is AccessKind.ASYNC_WRITE and hazard.second.kind is AccessKind.READ
     assert find_shared_hazards(let_pointer_copy_waited, "sm_90a") == []
+
+
+def _inner_loop_kernel(last_half: int):
+    """An outer loop whose inner loop's last iteration writes ``S[32 * last_half + 31 - tx]``
+    after its barrier; the next outer iteration writes ``S[tx]`` first."""
+
+    @T.prim_func
+    def kernel(A: T.Buffer((64,), "int32")):
+        for tx in T.thread_binding(32, thread="threadIdx.x"):
+            S = T.alloc_buffer((64,), "int32", scope="shared")
+            for _k1 in range(2):
+                S[tx] = A[tx] + 1
+                for k4 in range(2):
+                    T.tilewave.lds_barrier()
+                    S[tx] = A[tx] + 1
+                    T.tilewave.lds_barrier()
+                    S[((k4 + last_half + 1) % 2) * 32 + 31 - tx] = A[tx] + 1
+
+    return kernel
+
+
+def test_outer_back_edge_keeps_where_an_exited_inner_loop_ended():
+    # the inner loop's earlier iterations are ordered by its barriers; only its last
+    # iteration's write (S[32..63]) meets the next outer iteration's S[tx]: no hazard
+    assert find_shared_hazards(_inner_loop_kernel(last_half=1), "gfx942") == []
+
+
+def test_outer_back_edge_still_finds_the_last_inner_iteration():
+    # the last inner iteration writes S[31 - tx]: the next outer iteration's S[tx] races
+    (hazard,) = find_shared_hazards(_inner_loop_kernel(last_half=0), "gfx942")
+    assert hazard.kind is HazardKind.WAW and hazard.buffer == "S"

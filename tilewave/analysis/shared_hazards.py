@@ -504,9 +504,12 @@ class _Search:
         if loop is None:
             return distance
         at = next((i for i, lp in enumerate(loops) if lp is not None and lp.same_as(loop)), None)
-        if at is None:
-            return distance
-        return (*distance[:at], min(distance[at] + 1, FAR), *(ANY,) * (len(loops) - at - 1))
+        if at is None or distance[at] >= _EXITED:
+            return distance  # (a loop the access has exited: a new instance of it runs)
+        # loops inside start a new instance, but one the access has exited keeps its
+        # distance from its last iteration: the access ran there, whatever runs next
+        inner = tuple(d if d >= _EXITED else ANY for d in distance[at + 1 :])
+        return (*distance[:at], min(distance[at] + 1, FAR), *inner)
 
     @staticmethod
     def _step(

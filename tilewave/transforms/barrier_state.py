@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tilewave.analysis.footprint import loops_read
 from tilewave.analysis.shared_access import (
     ANY,
     FAR,
@@ -111,7 +112,8 @@ class Instance:
         return out
 
     def position_map(self) -> dict[Any, int]:
-        """Completed iterations of loops entered since the access (FAR: unknown)."""
+        """Completed iterations of loops entered since the access (FAR: that many or more,
+        ANY: unknown)."""
         return dict(self.positions)
 
     def around(self, loop: Any) -> Instance:
@@ -131,6 +133,29 @@ class Instance:
                 now[inner] = ANY
         carried = _canonical_carried(self.access, now)
         return Instance(self.access, carried, self.positions, self.finished)
+
+    def around_plain(self, loop: Any) -> Instance:
+        """:meth:`around` for an instance whose record is plain (a synchronous access, or a
+        copy that has landed, with no split barrier signalled since), which states do not
+        need to keep apart by how many iterations of ``loop`` ago it ran.
+
+        A proof reads a loop's relation only through the variables of the two accesses.
+        When this access does not read ``loop``'s variable, "``d`` iterations back" only
+        bounds the later access's iteration (it runs in iteration ``d`` or later), so
+        distance 1 covers every larger one; an access ``loop`` does not enclose, pending
+        since before ``loop`` was entered, is at position 0 in the state at the loop head,
+        and "any iteration" covers every later position. Plain instances of one access are
+        pending together (only a barrier retires them, and it retires all), so the state
+        loses nothing, and the loop's fixed point no longer takes a round per distance up
+        to FAR (nor do later statements compare against each distance)."""
+        moved = self.around(loop)
+        carried = moved.carried
+        if carried and hash(loop) not in loops_read(self.access):
+            carried = tuple((k, 1 if k == loop else d) for k, d in carried)
+        positions = tuple((k, ANY if k == loop else d) for k, d in moved.positions)
+        if carried == moved.carried and positions == moved.positions:
+            return moved
+        return Instance(self.access, carried, positions, self.finished)
 
     def around_while(self, depth: int) -> Instance:
         """After the back edge of a ``While`` inside ``depth`` serial loops: loops inside
@@ -224,10 +249,13 @@ def remap(state: State, move: Callable[[Instance, Pending], Instance]) -> State:
     return out
 
 
-def state_around(state: State, loop: Any, moved: dict[tuple[Instance, Any], Instance]) -> State:
-    """``state`` at the end of an iteration of ``loop``, seen from the start of the next.
-    ``moved``: :meth:`Instance.around` results, filled in here (fixed-point rounds move the
-    same instances around the same loop again)."""
+def state_around(
+    state: State, loop: Any, moved: dict[tuple[Instance, Any, bool], Instance]
+) -> State:
+    """``state`` at the end of an iteration of ``loop``, seen from the start of the next
+    (plain records through :meth:`Instance.around_plain`). ``moved``: the moved instances by
+    (instance, loop, plain), filled in here (fixed-point rounds move the same instances
+    around the same loop again)."""
     if loop is None:
         return state  # accesses in an unidentified loop are compared at any distance
     moving = [i for i in state if loop in i.access.loop_set or i.positions]
@@ -237,10 +265,13 @@ def state_around(state: State, loop: Any, moved: dict[tuple[Instance, Any], Inst
     for inst in moving:
         del out[inst]
     for inst in moving:
-        new = moved.get((inst, loop))
+        record = state[inst]
+        plain = record.landed and not record.signalled
+        new = moved.get((inst, loop, plain))
         if new is None:
-            new = moved[(inst, loop)] = inst.around(loop)
-        out[new] = join(state[inst], out.get(new))
+            new = inst.around_plain(loop) if plain else inst.around(loop)
+            moved[(inst, loop, plain)] = new
+        out[new] = join(record, out.get(new))
     return out
 
 

@@ -151,8 +151,9 @@ class _Placer:
         self._loop_memo: dict[Any, tuple[list[Any], State]] = {}
         #: ``may_conflict`` verdicts by new access, then pending instance
         self._verdicts: dict[SharedAccess, dict[Instance, bool]] = {}
-        #: ``Instance.around`` results by (instance, loop), for the fixed-point rounds
-        self._moved: dict[tuple[Instance, Any], Instance] = {}
+        #: instances moved around a loop by (instance, loop, plain record), for the
+        #: fixed-point rounds (:func:`state_around`)
+        self._moved: dict[tuple[Instance, Any, bool], Instance] = {}
         #: ``sync_action`` of leaf statements and the sync counts of statement trees, by
         #: node (fixed-point rounds and rewritten bodies meet the same nodes again)
         self._actions: dict[Any, SyncAction | None] = {}
