@@ -12,7 +12,6 @@ them.
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +22,7 @@ from tilewave.analysis.footprint import Footprint, footprint_of
 from tilewave.analysis.integer_exprs import analysable
 from tilewave.analysis.local_scalars import ScalarForwarder
 from tilewave.analysis.storage_identity import BufferStorage
+from tilewave.cached_attribute import cached_attribute
 from tilewave.ir.walker import post_order_visit, substitute
 
 __all__ = [
@@ -113,7 +113,7 @@ class AccessScope:
     binding_keys: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
     in_while: bool = False
 
-    @functools.cached_property
+    @cached_attribute
     def _identity(self) -> tuple[Any, ...]:
         # TIR nodes hash by handle: equal keys mean the same loops, conditions and bindings
         # (comparing the expressions with ``==`` would build TIR ``EQ`` nodes instead)
@@ -133,17 +133,17 @@ class AccessScope:
             object.__setattr__(self, "binding_keys", keys)
         return self.binding_keys
 
-    @functools.cached_property
+    @cached_attribute
     def bound_handles(self) -> frozenset[int]:
         """Node handles (``hash``) of the variables bound in this scope."""
         return frozenset(var for var, _ in self._binding_keys())
 
-    @functools.cached_property
+    @cached_attribute
     def binds_pointers(self) -> bool:
         """Whether a pointer variable is bound in this scope (``p = T.address_of(S[i])``)."""
         return any(isinstance(var.ty, ir.PointerType) for var, _ in self.bindings)
 
-    @functools.cached_property
+    @cached_attribute
     def _hash(self) -> int:
         return hash(self._identity)
 
@@ -289,7 +289,7 @@ class SharedAccess:
     #: per question, and the proofs ask thousands); values must not refer to the access
     memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
-    @functools.cached_property
+    @cached_attribute
     def resolved_indices(self) -> tuple[Any, ...] | None:
         """The indices with ``Bind`` variables replaced by their values."""
         if self.indices is None:
@@ -331,25 +331,25 @@ class SharedAccess:
         reads, TMA stores)."""
         return self.kind is AccessKind.ASYNC_WRITE or self.async_domain is not None
 
-    @functools.cached_property
+    @cached_attribute
     def loop_set(self) -> frozenset[Any]:
         """The identified ``For`` statements around the access."""
         return frozenset(lp.loop for lp in self.loops if lp.loop is not None)
 
-    @functools.cached_property
+    @cached_attribute
     def footprint(self) -> Footprint | None:
         """What the disjointness proofs read of this access, as a key
         (:mod:`tilewave.analysis.footprint`; ``None`` for an access through a pointer)."""
         return footprint_of(self)
 
-    @functools.cached_property
+    @cached_attribute
     def indices_analysable(self) -> bool:
         """Whether every (resolved) index is plain integer arithmetic."""
         return self.resolved_indices is not None and all(
             analysable(e) for e in self.resolved_indices
         )
 
-    @functools.cached_property
+    @cached_attribute
     def path_conditions(self) -> tuple[Any, ...]:
         """The analysable conditions that hold when the access runs, values substituted."""
         out = []
@@ -359,7 +359,7 @@ class SharedAccess:
                 out.append(resolved if holds else tirx.Not(resolved))
         return tuple(out)
 
-    @functools.cached_property
+    @cached_attribute
     def memory_key(self) -> tuple[Any, ...]:
         """Which memory the access touches, coarsely: two accesses whose keys differ (and
         neither is :data:`ANY_MEMORY`) never overlap, since their storages are apart

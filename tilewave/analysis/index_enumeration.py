@@ -29,7 +29,6 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from tilewave.analysis.index_program import (
     bitwise_parts,
     compile_program,
 )
+from tilewave.cached_attribute import cached_attribute
 from tilewave.ir.walker import ffi_list, kind_by_class
 from tilewave.native.points import PointsCore, core, pack_programs
 
@@ -765,7 +765,7 @@ class _Points:
         """Number of distinct keys."""
         return int(self.keys.size)
 
-    @cached_property
+    @cached_attribute
     def words(self) -> tuple[np.ndarray, int]:
         """Keys, lowest and highest threads as one array, and its address (for the
         compiled core)."""
