@@ -219,6 +219,8 @@ class AccessScope:
             for var, value in self.bindings:
                 values[var] = substitute(value, values)
             object.__setattr__(self, "resolved_values", values)
+        if type(expr) is ir.expr.Var and hash(expr) not in self.bound_handles:
+            return expr  # (a free variable: the thread index, a loop variable)
         return substitute(expr, self.resolved_values)
 
 

@@ -461,9 +461,13 @@ def statement_accesses(
         return []
     collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
     if is_store:
-        # (a variable or constant holds no load or call: most indices and many values)
+        # (a variable or constant holds no load or call: most indices and many values; a
+        # store to shared memory of a value that names none, `S[tx] = A[i, tx] * 2`, reads
+        # none: one C++ walk for the names instead of a Python call per load)
         value = stmt.value
-        if type(value) not in _PLAIN_OPERANDS:
+        if type(value) not in _PLAIN_OPERANDS and (
+            not stores_shared or descriptors or _names_shared_memory(value, scope)
+        ):
             collector.visit(value)
         for index in ffi_list(stmt.indices):
             if type(index) not in _PLAIN_OPERANDS:
@@ -480,12 +484,13 @@ _PLAIN_OPERANDS = frozenset({ir.expr.Var, tirx.IntImm, tirx.FloatImm})
 
 
 def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
-    """Whether ``node`` names a shared buffer or a variable bound in ``scope`` (a pointer
-    to shared memory may hide behind one). Every access the collector reports reaches a
-    shared buffer one of these ways (wgmma descriptors aside: the caller checks those), so
-    a node naming neither has none; one C++ walk answers, where collecting costs a Python
-    call at every call and load."""
-    bound = scope.bound_handles
+    """Whether ``node`` names a shared buffer or, in a scope that binds pointers, a
+    variable bound in it (a pointer to shared memory may hide behind one: the collector
+    sees through bound pointers only, :meth:`_AccessCollector._through_pointers`). Every
+    access the collector reports reaches a shared buffer one of these ways (wgmma
+    descriptors aside: the caller checks those), so a node naming neither has none; one
+    C++ walk answers, where collecting costs a Python call at every call and load."""
+    bound = scope.bound_handles if scope.binds_pointers else frozenset()
     for var in ffi_list(tirx.analysis.undefined_vars(node, [])):
         if hash(var) in bound or is_shared_buffer(var):
             return True

@@ -26,7 +26,7 @@ from tvm import ir, tirx
 
 from tilewave.analysis.access_model import AccessKind, SharedAccess
 from tilewave.analysis.shared_buffers import buffer_scope
-from tilewave.ir.walker import post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = ["stores_alike", "writes_same_everywhere"]
 
@@ -36,6 +36,10 @@ _PER_THREAD_SCOPES = frozenset({"shared", "shared.dyn", "local", "warp", "wmma.a
 def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
     """True when ``expr`` has one value in every thread of the block (see the module doc)."""
     targets = list(thread_vars)
+    # (one C++ walk settles the common case, an expression on the thread index)
+    handles = {hash(t) for t in targets}
+    if any(hash(v) in handles for v in ffi_list(tirx.analysis.undefined_vars(expr, []))):
+        return False
     ok = True
 
     def check(node: Any) -> None:

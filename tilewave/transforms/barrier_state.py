@@ -119,20 +119,7 @@ class Instance:
     def around(self, loop: Any) -> Instance:
         """The instance after the back edge of ``loop``: one iteration further; loops
         inside it start a new instance (any distance)."""
-        if loop not in self.access.loop_set:
-            if not any(k == loop for k, _ in self.positions):
-                return self
-            positions = tuple((k, min(d + 1, FAR) if k == loop else d) for k, d in self.positions)
-            return Instance(self.access, self.carried, positions, self.finished)
-        loops = [lp.loop for lp in self.access.loops]
-        at = loops.index(loop)
-        now = dict(self.carried)
-        now[loop] = min(now.get(loop, 0) + 1, FAR)
-        for inner in loops[at + 1 :]:
-            if inner is not None:
-                now[inner] = ANY
-        carried = _canonical_carried(self.access, now)
-        return Instance(self.access, carried, self.positions, self.finished)
+        return self._around(loop, _one_more, _one_more)
 
     def around_plain(self, loop: Any) -> Instance:
         """:meth:`around` for an instance whose record is plain (a synchronous access, or a
@@ -148,14 +135,34 @@ class Instance:
         pending together (only a barrier retires them, and it retires all), so the state
         loses nothing, and the loop's fixed point no longer takes a round per distance up
         to FAR (nor do later statements compare against each distance)."""
-        moved = self.around(loop)
-        carried = moved.carried
-        if carried and hash(loop) not in loops_read(self.access):
-            carried = tuple((k, 1 if k == loop else d) for k, d in carried)
-        positions = tuple((k, ANY if k == loop else d) for k, d in moved.positions)
-        if carried == moved.carried and positions == moved.positions:
-            return moved
-        return Instance(self.access, carried, positions, self.finished)
+        if loop in self.access.loop_set and hash(loop) in loops_read(self.access):
+            return self.around(loop)
+        return self._around(loop, _at_least_one, _anywhere)
+
+    def _around(
+        self, loop: Any, distance: Callable[[int], int], position: Callable[[int], int]
+    ) -> Instance:
+        """The instance after the back edge of ``loop``, with ``distance`` giving the new
+        distance of a loop around the access and ``position`` the new position of a loop
+        entered after it; ``self`` when nothing changes."""
+        if loop not in self.access.loop_set:
+            if not any(k == loop for k, _ in self.positions):
+                return self
+            positions = tuple((k, position(d) if k == loop else d) for k, d in self.positions)
+            if positions == self.positions:
+                return self
+            return Instance(self.access, self.carried, positions, self.finished)
+        loops = [lp.loop for lp in self.access.loops]
+        at = loops.index(loop)
+        now = dict(self.carried)
+        now[loop] = distance(now.get(loop, 0))
+        for inner in loops[at + 1 :]:
+            if inner is not None:
+                now[inner] = ANY
+        carried = _canonical_carried(self.access, now)
+        if carried == self.carried:
+            return self
+        return Instance(self.access, carried, self.positions, self.finished)
 
     def around_while(self, depth: int) -> Instance:
         """After the back edge of a ``While`` inside ``depth`` serial loops: loops inside
@@ -187,6 +194,18 @@ class Instance:
         carried = tuple((k, d) for k, d in self.carried if k != loop)
         finished = (*(f for f in self.finished if f[0] != loop), (loop, distance))
         return Instance(self.access, carried, positions, finished)
+
+
+def _one_more(distance: int) -> int:
+    return min(distance + 1, FAR)
+
+
+def _at_least_one(_distance: int) -> int:
+    return 1
+
+
+def _anywhere(_position: int) -> int:
+    return ANY
 
 
 def _canonical_carried(

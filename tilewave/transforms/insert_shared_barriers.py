@@ -171,6 +171,9 @@ class _Placer:
         self._inert: set[tuple[Any, AccessScope]] = set()
         #: the records :meth:`issued` made, each value once
         self._records: dict[Pending, Pending] = {}
+        #: the record of a synchronous access (shared by all of them)
+        self._plain = Pending(True, frozenset())
+        self._records[self._plain] = self._plain
 
     # -- facts ---------------------------------------------------------------------------
     def sync_action(self, stmt: Any) -> SyncAction | None:
@@ -552,7 +555,11 @@ class _Placer:
         per access: every visit of the statement issues the same, and states then find
         the instance by identity)."""
         found = self._issued.get(acc)
-        if found is None:
+        if found is not None:
+            return found
+        if not acc.is_async and acc.completes_on is None:
+            record = self._plain  # (most accesses: a plain access, landed)
+        else:
             is_async = acc.is_async
             domain = acc.async_domain if self.target.is_cuda else amd_async_domain(acc)
             grouped = is_async and domain in GROUP_DOMAINS
@@ -564,9 +571,9 @@ class _Placer:
                 acc.completes_on,
             )
             # one object per distinct record: joins and state comparisons then meet
-            # identical objects (most records are "a plain access, landed")
+            # identical objects
             record = self._records.setdefault(record, record)
-            found = self._issued[acc] = (Instance(acc), record)
+        found = self._issued[acc] = (Instance(acc), record)
         return found
 
     def check_within_statement(self, stmt: Any, accesses: list[SharedAccess]) -> None:
