@@ -35,9 +35,8 @@ _PER_THREAD_SCOPES = frozenset({"shared", "shared.dyn", "local", "warp", "wmma.a
 
 def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
     """True when ``expr`` has one value in every thread of the block (see the module doc)."""
-    targets = list(thread_vars)
-    # (one C++ walk settles the common case, an expression on the thread index)
-    handles = {hash(t) for t in targets}
+    # a thread index is a free variable of the expression: one C++ walk finds it
+    handles = {hash(t) for t in thread_vars}
     if any(hash(v) in handles for v in ffi_list(tirx.analysis.undefined_vars(expr, []))):
         return False
     ok = True
@@ -46,15 +45,13 @@ def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
         nonlocal ok
         if not ok:
             return
-        if isinstance(node, ir.expr.Var) and any(node.same_as(t) for t in targets):
-            ok = False
-        elif type(node).__name__ == "TensorLoad":
+        if type(node).__name__ == "TensorLoad":
             scope = buffer_scope(node.source)
             ok = scope is not None and scope not in _PER_THREAD_SCOPES
         elif isinstance(node, (ir.expr.Call, tirx.Let)):
             ok = False
 
-    post_order_visit(expr, check, (ir.expr.Var, ir.expr.TensorLoad, ir.expr.Call, tirx.Let))
+    post_order_visit(expr, check, (ir.expr.TensorLoad, ir.expr.Call, tirx.Let))
     return ok
 
 
