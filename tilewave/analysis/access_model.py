@@ -80,10 +80,17 @@ class LoopRange:
         """The range of the serial ``For`` ``loop`` entered in ``scope``."""
         lo = int(loop.min.value) if isinstance(loop.min, tirx.IntImm) else None
         ext = int(loop.extent.value) if isinstance(loop.extent, tirx.IntImm) else None
-        step_expr = loop.step if loop.step is not None else tirx.IntImm("int32", 1)
-        step = int(step_expr.value) if isinstance(step_expr, tirx.IntImm) else None
-        start = scope.resolve(tirx.Add(loop.min, step_expr))
-        aligned = not is_thread_dependent(start, thread_vars)
+        step_node = loop.step
+        if step_node is None:
+            step: int | None = 1
+        else:
+            step = int(step_node.value) if isinstance(step_node, tirx.IntImm) else None
+        if lo is not None and step is not None:
+            aligned = True  # constant first values: the same in every thread
+        else:
+            step_expr = step_node if step_node is not None else tirx.IntImm("int32", 1)
+            start = scope.resolve(tirx.Add(loop.min, step_expr))
+            aligned = not is_thread_dependent(start, thread_vars)
         bounds = (scope.resolve(loop.min), scope.resolve(loop.extent))
         return cls(loop.loop_var, lo, ext, loop, aligned, bounds, step)
 

@@ -35,9 +35,14 @@ from tilewave.ir.walker import ffi_list
 __all__ = ["Footprint", "FootprintCache", "footprint_of", "loops_read"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Footprint:
     """What the disjointness proofs read of one access (see the module docstring).
+
+    Footprints are interned (:func:`footprint_of` makes one object per distinct value), so
+    they compare and hash by identity: the caches look footprints up thousands of times
+    with no Python-level ``__eq__`` or ``__hash__`` call. (Past the intern table's limit an
+    equal footprint may be made again; caches then miss, results stay the same.)
 
     Attributes:
         exprs: indices, path conditions, buffer shape and loop bound expressions, compared
@@ -48,14 +53,9 @@ class Footprint:
 
     exprs: Any
     loops: tuple[tuple[Any, ...], ...]
-    refs: tuple[Any, ...] = field(compare=False, repr=False)
-    #: ``hash((exprs, loops))``, computed once (footprints are looked up in pairs)
-    key_hash: int = field(default=0, compare=False, repr=False)
+    refs: tuple[Any, ...] = field(repr=False)
     #: what analyses derived from the footprint alone, by name (lives as long as it)
-    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    def __hash__(self) -> int:
-        return self.key_hash
+    memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def footprint_of(access: Any) -> Footprint | None:
@@ -94,7 +94,7 @@ def footprint_of(access: Any) -> Footprint | None:
         [list(indices), list(conditions), ffi_list(access.buffer.ty.shape), bounds]
     )
     refs = tuple(lp.var for lp in loops) + tuple(lp.loop for lp in loops if lp.loop is not None)
-    found = _interned(Footprint(exprs, keys, refs, hash((exprs, keys))))
+    found = _interned(exprs, keys, refs)
     if len(_BY_HANDLES) >= _INTERNED_LIMIT:
         _BY_HANDLES.clear()
     # (the nodes named by handle are kept alive with the entry: a handle never comes to
@@ -135,16 +135,17 @@ _BY_HANDLES: dict[tuple[Any, ...], tuple[Footprint, tuple[Any, ...]]] = {}
 #: one object per distinct footprint: the caches then find a footprint by identity instead
 #: of comparing expressions structurally on every lookup (a kernel asks about the same few
 #: footprints thousands of times)
-_INTERNED: dict[Footprint, Footprint] = {}
+_INTERNED: dict[tuple[Any, Any], Footprint] = {}
 _INTERNED_LIMIT = 100_000
 
 
-def _interned(footprint: Footprint) -> Footprint:
-    found = _INTERNED.get(footprint)
+def _interned(exprs: Any, loops: tuple[tuple[Any, ...], ...], refs: tuple[Any, ...]) -> Footprint:
+    key = (exprs, loops)
+    found = _INTERNED.get(key)
     if found is None:
         if len(_INTERNED) >= _INTERNED_LIMIT:
             _INTERNED.clear()
-        found = _INTERNED[footprint] = footprint
+        found = _INTERNED[key] = Footprint(exprs, loops, refs)
     return found
 
 

@@ -264,6 +264,19 @@ class _AccessCollector(TIRVisitor):
         scalars: Mapping[Any, Any] | None = None,
         storage: StorageMap | None = None,
     ) -> None:
+        self.reset(stmt, scope, func_name, descriptors, scalars, storage)
+
+    def reset(
+        self,
+        stmt: Any,
+        scope: AccessScope,
+        func_name: str | None,
+        descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
+        scalars: Mapping[Any, Any] | None = None,
+        storage: StorageMap | None = None,
+    ) -> None:
+        """Start collecting the accesses of another statement (a collector is reused:
+        building its C++ dispatch entries costs more than walking a statement's value)."""
         self.accesses: list[SharedAccess] = []
         self._storage = storage
         self._descriptors = descriptors
@@ -459,7 +472,11 @@ def statement_accesses(
     stores_shared = is_store and is_shared_buffer(stmt.buffer)
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
-    collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
+    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else None
+    if collector is None:
+        collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
+    else:
+        collector.reset(stmt, scope, func_name, descriptors, scalars, storage)
     if is_store:
         # (a variable or constant holds no load or call: most indices and many values; a
         # store to shared memory of a value that names none, `S[tx] = A[i, tx] * 2`, reads
@@ -476,7 +493,16 @@ def statement_accesses(
             collector.add(stmt.buffer, AccessKind.WRITE, stmt.indices)
     else:
         collector.visit(stmt)
-    return collector.accesses
+    found = collector.accesses
+    collector.reset(None, _NO_SCOPE, None)  # (holds nothing of this kernel while spare)
+    _SPARE_COLLECTORS.append(collector)
+    return found
+
+
+#: collectors free for the next statement (one per concurrent caller; one that raised is
+#: not put back)
+_SPARE_COLLECTORS: list[_AccessCollector] = []
+_NO_SCOPE = AccessScope()
 
 
 #: operand classes the collector has nothing to find in

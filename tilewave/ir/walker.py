@@ -109,7 +109,10 @@ def ffi_list(items: Any) -> list[Any]:
     and for the thousands of small arrays the analyses read."""
     if isinstance(items, tvm_ffi.Array):
         item = _array_item
-        return [item(items, i) for i in range(_array_size(items))]
+        size = _array_size(items)
+        if size == 1:  # (most arrays read are one index or one variable: no loop frame)
+            return [item(items, 0)]
+        return [item(items, i) for i in range(size)]
     return list(items)
 
 

@@ -11,6 +11,7 @@ placeholder for a barrier the pass decided to insert.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -74,7 +75,6 @@ class Pending:
         return self.domain in GROUP_DOMAINS
 
 
-@dataclass(frozen=True)
 class Instance:
     """An access in one iteration context relative to the statement being visited.
 
@@ -84,26 +84,60 @@ class Instance:
     listed are still in the access's iteration. ``positions``: loops *not* enclosing the
     access entered since it ran, with how many iterations of them have completed (the
     statement being visited then runs in iteration ``min + position * step``; FAR: unknown).
+    ``finished``: loops around the access that have exited since, with the access's
+    distance from their last iteration (its loop variable is then ``last - d * step``).
     Keeping instances of one access apart by distance lets a pipelined copy from two
     iterations back be retired by a ``wait_group`` that a copy from the last iteration
     does not satisfy.
+
+    Instances are interned: one live object per access and context, found through weak
+    references in the access's memo (weak, so an access and its instances never form a
+    reference cycle). States are dicts of instances, merged and moved at every loop round,
+    so equality is identity and hashing is the interpreter's own, with no Python-level
+    ``__hash__`` call. Instances are immutable.
     """
 
+    __slots__ = ("__weakref__", "access", "carried", "finished", "positions")
+
     access: SharedAccess
-    carried: tuple[tuple[Any, int], ...] = ()
-    positions: tuple[tuple[Any, int], ...] = ()
-    #: loops around the access that have exited since, with the access's distance from
-    #: their last iteration (its loop variable is then ``last - d * step``)
-    finished: tuple[tuple[Any, int], ...] = ()
+    carried: tuple[tuple[Any, int], ...]
+    positions: tuple[tuple[Any, int], ...]
+    finished: tuple[tuple[Any, int], ...]
 
-    def __post_init__(self) -> None:
-        # states are dicts of instances, merged and moved at every loop round: hash once
-        object.__setattr__(
-            self, "_hash", hash((self.access, self.carried, self.positions, self.finished))
+    def __new__(
+        cls,
+        access: SharedAccess,
+        carried: tuple[tuple[Any, int], ...] = (),
+        positions: tuple[tuple[Any, int], ...] = (),
+        finished: tuple[tuple[Any, int], ...] = (),
+    ) -> Instance:
+        table = access.memo.get("instances")
+        if table is None:
+            table = access.memo["instances"] = {}
+        key = (carried, positions, finished)
+        ref = table.get(key)
+        found: Instance | None = None if ref is None else ref()
+        if found is None:
+            found = object.__new__(cls)
+            init = object.__setattr__
+            init(found, "access", access)
+            init(found, "carried", carried)
+            init(found, "positions", positions)
+            init(found, "finished", finished)
+            table[key] = weakref.ref(found)
+        return found
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Instance is immutable (cannot set {name!r})")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Instance, (self.access, self.carried, self.positions, self.finished))
+
+    def __repr__(self) -> str:
+        return (
+            f"Instance({self.access.describe()}, carried={self.carried}, "
+            f"positions={self.positions}, finished={self.finished})"
         )
-
-    def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined,no-any-return]
 
     def iterations(self) -> dict[Any, frozenset[int]]:
         """Iteration distances from the access to the statement now being visited."""
@@ -255,7 +289,8 @@ def join(p: Pending, q: Pending | None) -> Pending:
 def merge(a: State, b: State) -> State:
     out = dict(a)
     for inst, p in b.items():
-        out[inst] = join(p, out.get(inst))
+        old = out.get(inst)
+        out[inst] = p if old is None or old is p else join(p, old)  # (join's cheap cases)
     return out
 
 
@@ -264,7 +299,8 @@ def remap(state: State, move: Callable[[Instance, Pending], Instance]) -> State:
     out: State = {}
     for inst, p in state.items():
         moved = move(inst, p)
-        out[moved] = join(p, out.get(moved))
+        old = out.get(moved)
+        out[moved] = p if old is None or old is p else join(p, old)
     return out
 
 
@@ -290,7 +326,8 @@ def state_around(
         if new is None:
             new = inst.around_plain(loop) if plain else inst.around(loop)
             moved[(inst, loop, plain)] = new
-        out[new] = join(record, out.get(new))
+        old = out.get(new)
+        out[new] = record if old is None or old is record else join(record, old)
     return out
 
 

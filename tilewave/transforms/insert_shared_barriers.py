@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -98,7 +98,6 @@ from tilewave.transforms.barrier_state import (
     committed,
     join,
     merge,
-    remap,
     retired,
     state_around,
     state_around_while,
@@ -119,6 +118,19 @@ _MAX_FIXPOINT_ROUNDS = 32
 _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
 
 
+class _ScopeFacts:
+    """What the placer remembers about the leaf statements of one scope."""
+
+    __slots__ = ("accesses", "inert")
+
+    def __init__(self) -> None:
+        #: each leaf's accesses (every fixed-point round then sees the same objects)
+        self.accesses: dict[Any, list[SharedAccess]] = {}
+        #: leaves with no shared access and no synchronisation: every visit passes them
+        #: through unchanged, so statement lists skip them without a visit
+        self.inert: set[Any] = set()
+
+
 class _Placer:
     """Walks one PrimFunc body and decides where barriers go."""
 
@@ -126,7 +138,10 @@ class _Placer:
         self.func_name = _func_name(func)
         self.thread_extents = collect_thread_extents(func)
         self.split = split
+        #: accesses of ``if`` / ``while`` conditions by (owner, scope); a leaf's are in
+        #: its scope's :class:`_ScopeFacts`
         self._access_cache: dict[Any, list[SharedAccess]] = {}
+        self._facts: dict[AccessScope, _ScopeFacts] = {}
         self._repeated = repeated_loops(func.body)
         self.uniformity = UniformityAnalysis(func)
         self.descriptors = descriptor_sources(func.body)
@@ -135,11 +150,15 @@ class _Placer:
         #: views of one allocation and merged dynamic shared buffers are one memory
         self.storage = storage_map(func)
         self.target = target
+        self._is_cuda = target.is_cuda
         #: named-barrier ids ``(raw, war)`` of each warp-split ``if`` (reused every round)
         self._named_ids: dict[Any, tuple[int, int | None]] = {}
         self._loop_depth = 0
-        #: accesses of the statements after the one being visited, innermost list last
-        self._upcoming: list[Callable[[], list[SharedAccess]]] = []
+        #: the statement lists being visited, innermost last: (list statement, its
+        #: children, the position after the child being visited, the scope there)
+        self._upcoming: list[tuple[Any, list[Any], int, AccessScope]] = []
+        #: :meth:`later_accesses` by (list statement, position, scope)
+        self._later: dict[tuple[Any, int, AccessScope], list[SharedAccess]] = {}
         #: warp roles per scope, and the named-barrier id given to each role
         self.thread_tags = thread_tags(func)
         self._roles: dict[AccessScope, WarpRole | None] = {}
@@ -162,13 +181,10 @@ class _Placer:
         #: the scope after a ``Bind`` / inside a loop, per (statement, outer scope)
         self._scopes: dict[tuple[Any, AccessScope], AccessScope] = {}
         self._counts: dict[Any, tuple[int, int]] = {}
-        #: :meth:`_step` results by (instance, loop, entering)
+        #: :meth:`_stepped` moves by (instance, loop, entering)
         self._steps: dict[tuple[Instance, Any, bool], Instance] = {}
         #: :meth:`issued` of each access
         self._issued: dict[SharedAccess, tuple[Instance, Pending]] = {}
-        #: (leaf, scope) pairs with no shared access and no synchronisation: every visit
-        #: passes them through unchanged, so statement lists skip them without a visit
-        self._inert: set[tuple[Any, AccessScope]] = set()
         #: the records :meth:`issued` made, each value once
         self._records: dict[Pending, Pending] = {}
         #: the record of a synchronous access (shared by all of them)
@@ -214,19 +230,31 @@ class _Placer:
         )
         return (new_barriers - old_barriers, new_strength - old_strength)
 
+    def facts(self, scope: AccessScope) -> _ScopeFacts:
+        """What is remembered about the leaves of ``scope`` (one object per scope value:
+        statement lists look it up once, not once per statement)."""
+        found = self._facts.get(scope)
+        if found is None:
+            found = self._facts[scope] = _ScopeFacts()
+        return found
+
     def accesses(self, stmt: Any, scope: AccessScope, owner: Any = None) -> list[SharedAccess]:
         """Accesses of a leaf statement, or of the condition of ``owner`` (an ``if``);
         cached so every fixed-point round sees the same access objects."""
-        key = (owner if owner is not None else stmt, owner is not None, scope)
-        if key not in self._access_cache:
-            self._access_cache[key] = statement_accesses(
+        if owner is None:
+            table, key = self.facts(scope).accesses, stmt
+        else:
+            table, key = self._access_cache, (owner, scope)
+        found = table.get(key)
+        if found is None:
+            found = table[key] = statement_accesses(
                 stmt, scope, self.func_name, self.descriptors, self.scalars, self.storage
             )
-        return self._access_cache[key]
+        return found
 
     def condition_accesses(self, owner: Any, scope: AccessScope) -> list[SharedAccess]:
         """Accesses of the condition of ``owner`` (an ``if`` or ``while``), cached."""
-        found = self._access_cache.get((owner, True, scope))
+        found = self._access_cache.get((owner, scope))
         if found is None:
             found = self.accesses(tirx.Evaluate(owner.condition), scope, owner=owner)
         return found
@@ -349,7 +377,7 @@ class _Placer:
         if in_flight and self._upcoming:
             # an in-flight copy joins when any later access conflicts with it: ask only
             # about copies not already waited for, and stop once every one has joined
-            later = self._upcoming[-1]()
+            later = self.later_accesses()
             open_copies = [inst for inst in in_flight if inst not in unlanded]
             for a in later if open_copies else ():
                 joined = self.conflicts(a, open_copies)
@@ -465,20 +493,28 @@ class _Placer:
         if kind is tirx.SeqStmt:
             items: list[Any] = []
             children = ffi_list(stmt.seq)
-            inert = self._inert
+            facts = self.facts(scope)
+            upcoming = self._upcoming
             for at, child in enumerate(children):
-                later = self.after_bind(child, scope) if type(child) is tirx.Bind else scope
-                if (child, scope) in inert:
+                child_kind = type(child)
+                later = self.after_bind(child, scope) if child_kind is tirx.Bind else scope
+                if child not in facts.inert:
+                    upcoming.append((stmt, children, at + 1, later))
+                    try:
+                        if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
+                            new, state = self.visit_leaf(
+                                child, state, scope, divergent, None, facts
+                            )
+                        else:
+                            new, state = self.visit(child, state, scope, divergent)
+                    finally:
+                        upcoming.pop()
+                    items.extend(new)
+                else:
                     items.append(child)
+                if later is not scope:
                     scope = later
-                    continue
-                self._upcoming.append(self._later_accesses(children, at + 1, later))
-                try:
-                    new, state = self.visit(child, state, scope, divergent)
-                finally:
-                    self._upcoming.pop()
-                items.extend(new)
-                scope = later
+                    facts = self.facts(scope)
             return items, state
         if kind is tirx.IfThenElse:
             return self.visit_if(stmt, state, scope, divergent)
@@ -491,24 +527,21 @@ class _Placer:
         body_items, state = self.visit(stmt.body, state, scope, divergent)
         return [self.rebuilt(stmt, "body", body_items)], state
 
-    def _later_accesses(
-        self, children: list[Any], start: int, scope: AccessScope
-    ) -> Callable[[], list[SharedAccess]]:
-        """A thunk for the accesses of ``children[start:]`` (computed when first asked)."""
-        found: list[list[SharedAccess]] = []
-
-        def accesses() -> list[SharedAccess]:
-            if not found:
-                out: list[SharedAccess] = []
-                inner = scope
-                for child in children[start:]:
-                    out += self.all_accesses(child, inner)
-                    if type(child) is tirx.Bind:
-                        inner = self.after_bind(child, inner)
-                found.append(out)
-            return found[0]
-
-        return accesses
+    def later_accesses(self) -> list[SharedAccess]:
+        """The accesses of the statements after the one being visited in the innermost
+        statement list (remembered per list, position and scope: fixed-point rounds ask
+        again)."""
+        seq, children, start, scope = self._upcoming[-1]
+        key = (seq, start, scope)
+        found = self._later.get(key)
+        if found is None:
+            found = []
+            for child in children[start:]:
+                found += self.all_accesses(child, scope)
+                if type(child) is tirx.Bind:
+                    scope = self.after_bind(child, scope)
+            self._later[key] = found
+        return found
 
     def rebuilt(self, stmt: Any, field: str, items: list[Any]) -> Any:
         old = getattr(stmt, field)
@@ -524,31 +557,46 @@ class _Placer:
         scope: AccessScope,
         divergent: bool,
         owner: Any = None,
+        facts: _ScopeFacts | None = None,
     ) -> tuple[list[Any], State]:
-        action = self.sync_action(stmt)
+        # (the common path inlined: this runs for every leaf in every fixed-point round)
+        action = None if type(stmt) is tirx.BufferStore else self.sync_action(stmt)
         if action is not None and action.kind not in _MBARRIER_SYNC:
             return [stmt], self.sync(stmt, state, divergent, scope)
-        accesses = self.accesses(stmt, scope, owner)
+        if owner is None:
+            if facts is None:
+                facts = self.facts(scope)
+            accesses = facts.accesses.get(stmt)
+            if accesses is None:
+                accesses = self.accesses(stmt, scope)
+        else:
+            accesses = self.accesses(stmt, scope, owner)
         if not accesses and action is None:
-            if owner is None:
-                self._inert.add((stmt, scope))
+            if facts is not None:
+                facts.inert.add(stmt)
             return [stmt], state  # registers and global memory only
-        self.check_within_statement(stmt, accesses)
-        barrier, state = self.barrier_before(accesses, state)
-        if barrier is not None and divergent:
-            barrier = self.in_role(barrier, stmt, scope)
+        if len(accesses) > 1:
+            self.check_within_statement(stmt, accesses)
+        barrier = None
+        if state:
+            barrier, state = self.barrier_before(accesses, state)
+            if barrier is not None and divergent:
+                barrier = self.in_role(barrier, stmt, scope)
         state = dict(state)
+        issued = self._issued
         for acc in accesses:
             # an older instance of the same access (an earlier iteration) stays pending too
-            inst, new = self.issued(acc)
-            state[inst] = join(new, state.get(inst))
-        if not self.target.is_cuda and any(amd_async_domain(a) for a in accesses):
+            found = issued.get(acc)
+            inst, new = found if found is not None else self.issued(acc)
+            old = state.get(inst)
+            state[inst] = new if old is None or old is new else join(new, old)
+        if not self._is_cuda and any(amd_async_domain(a) for a in accesses):
             # an AMD LDS DMA is one vector-memory load per wave, counted from its issue: it
             # is its own group, one newer for every copy issued before it
             state = {i: committed(p) for i, p in state.items()}
         if action is not None:  # an mbarrier arrive or wait, after its object was checked
             state = self.sync(stmt, state, divergent)
-        return ([barrier] if barrier else []) + [stmt], state
+        return ([stmt] if barrier is None else [barrier, stmt]), state
 
     def issued(self, acc: SharedAccess) -> tuple[Instance, Pending]:
         """The instance ``acc`` starts when its statement runs, and its record (one pair
@@ -561,7 +609,7 @@ class _Placer:
             record = self._plain  # (most accesses: a plain access, landed)
         else:
             is_async = acc.is_async
-            domain = acc.async_domain if self.target.is_cuda else amd_async_domain(acc)
+            domain = acc.async_domain if self._is_cuda else amd_async_domain(acc)
             grouped = is_async and domain in GROUP_DOMAINS
             record = Pending(
                 not is_async,
@@ -596,7 +644,7 @@ class _Placer:
     def role(self, scope: AccessScope) -> WarpRole | None:
         """The warp role (whole warps) that runs code in ``scope``, on CUDA targets (none
         inside a loop whose trip count differs between threads)."""
-        if not self.target.is_cuda or self._divergent_loops:
+        if not self._is_cuda or self._divergent_loops:
             return None
         if scope not in self._roles:
             self._roles[scope] = role_of(
@@ -868,7 +916,7 @@ class _Placer:
             # which iteration of this loop a pending access is compared with
             if loop is None:
                 return entry
-            return remap(entry, lambda i, _: self._step(i, loop, entering=True))
+            return self._stepped(entry, loop, entering=True)
 
         body, head, out, count = self.fixpoint(stmt.body, enter(state), inner_scope, inner, repeats)
         trial = self.hoisting_trial(stmt, state, scope, inner, count > (0, 0))
@@ -884,17 +932,24 @@ class _Placer:
         new_stmt = stmt if body.same_as(stmt.body) else rebuild(stmt, {"body": body})
         after = out if ext is not None and ext >= 1 else merge(head, out)
         if loop is not None:
-            after = remap(after, lambda i, _: self._step(i, loop, entering=False))
+            after = self._stepped(after, loop, entering=False)
         return [*prefix, new_stmt], after
 
-    def _step(self, inst: Instance, loop: Any, entering: bool) -> Instance:
-        """``inst.entering(loop)`` or ``inst.leaving(loop)``, remembered (an outer loop's
-        rounds and hoisting trials move the same instances through the same loop)."""
-        key = (inst, loop, entering)
-        found = self._steps.get(key)
-        if found is None:
-            found = self._steps[key] = inst.entering(loop) if entering else inst.leaving(loop)
-        return found
+    def _stepped(self, state: State, loop: Any, entering: bool) -> State:
+        """``state`` with every instance moved by ``inst.entering(loop)`` or
+        ``inst.leaving(loop)`` (instances that meet are joined); the moves are remembered
+        (an outer loop's rounds and hoisting trials move the same instances through the
+        same loop)."""
+        steps = self._steps
+        out: State = {}
+        for inst, record in state.items():
+            key = (inst, loop, entering)
+            moved = steps.get(key)
+            if moved is None:
+                moved = steps[key] = inst.entering(loop) if entering else inst.leaving(loop)
+            old = out.get(moved)
+            out[moved] = record if old is None or old is record else join(record, old)
+        return out
 
     def hoisting_trial(
         self, loop: Any, state: State, scope: AccessScope, divergent: bool, body_synced: bool
