@@ -43,7 +43,7 @@ from tilewave.analysis.index_program import (
     compile_program,
 )
 from tilewave.cached_attribute import cached_attribute
-from tilewave.ir.walker import ffi_list, kind_by_class
+from tilewave.ir.walker import ffi_list, kind_by_class, node_is
 from tilewave.native.points import PointsCore, core, pack_programs
 
 if TYPE_CHECKING:
@@ -308,15 +308,18 @@ def _divisor_of(expr: Any, var: Any) -> int | None:
     """``g > 0`` when ``expr`` reads ``var`` only through ``var // c`` with constant
     ``c > 0`` (``g`` the gcd of those ``c``: ``var // g`` determines ``expr``); 0 when it
     does not read ``var``; None otherwise."""
-    if isinstance(expr, tirx.FloorDiv) and isinstance(expr.a, ir.expr.Var):
+    if node_is(expr, tirx.FloorDiv) and node_is(expr.a, ir.expr.Var):
         if expr.a.same_as(var):
             b = expr.b
             return b.value if isinstance(b, tirx.IntImm) and b.value > 0 else None
-    if isinstance(expr, ir.expr.Var):
+    if node_is(expr, ir.expr.Var):
         return None if expr.same_as(var) else 0
-    if isinstance(expr, (tirx.IntImm, tirx.FloatImm)):
+    if node_is(expr, _CONSTANTS):
         return 0
     return _fold_operands(expr, lambda child: _divisor_of(child, var), math.gcd, 0)
+
+
+_CONSTANTS = (tirx.IntImm, tirx.FloatImm)
 
 
 def _operands(expr: Any) -> list[Any] | None:

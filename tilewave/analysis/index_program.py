@@ -15,6 +15,8 @@ from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.ir.walker import node_is
+
 __all__ = [
     "BINARY_OPERATIONS",
     "BITWISE_CALL_OPERATIONS",
@@ -99,7 +101,7 @@ def _emit(expr: Any, slots: Mapping[int, int], ops: Mapping[str, int], code: lis
     if kind is tirx.IntImm:
         code += [ops["const"], int(expr.value)]
         return False
-    if isinstance(expr, ir.expr.Var):
+    if node_is(expr, ir.expr.Var):
         slot = slots.get(hash(expr))
         if slot is None:
             raise Unsupported(f"variable {expr} is not an axis")

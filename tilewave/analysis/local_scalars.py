@@ -18,7 +18,7 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.analysis.shared_buffers import buffer_scope
-from tilewave.ir.walker import ffi_list, post_order_visit, replace_nodes
+from tilewave.ir.walker import ffi_list, node_is, post_order_visit, replace_nodes
 
 __all__ = ["ScalarForwarder", "single_assignment_scalars"]
 
@@ -40,7 +40,7 @@ def _top_level_stores(body: Any) -> list[Any]:
             stack.append(node.body)
         elif kind not in (tirx.For, tirx.IfThenElse, tirx.While):
             child = getattr(node, "body", None)
-            if isinstance(child, tirx.Stmt):
+            if node_is(child, tirx.Stmt):
                 stack.append(child)
     return out
 

@@ -57,7 +57,7 @@ import numpy as np
 from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
-from tilewave.ir.walker import ffi_list, post_order_visit
+from tilewave.ir.walker import ffi_list, node_is, post_order_visit
 
 __all__ = [
     "NamedBarrierSplit",
@@ -189,11 +189,11 @@ def thread_tags(func: Any) -> dict[Any, str]:
     tags: dict[Any, str] = {}
 
     def check(node: Any) -> None:
-        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+        if node_is(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
             tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else ""
             if tag.startswith("threadIdx"):
                 tags[node.loop_var] = tag
-        elif isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
+        elif node_is(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
             iv = node.node
             if isinstance(iv, tirx.IterVar) and str(iv.thread_tag).startswith("threadIdx"):
                 tags[iv.var] = str(iv.thread_tag)

@@ -72,7 +72,7 @@ from tilewave.analysis.storage_identity import (
 from tilewave.analysis.uniform_writes import stores_alike
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
-from tilewave.ir.walker import TIRVisitor, ffi_list, post_order_visit, substitute
+from tilewave.ir.walker import TIRVisitor, ffi_list, node_is, post_order_visit, substitute
 
 __all__ = [
     "ANY",
@@ -464,7 +464,7 @@ def statement_accesses(
     # (exact class tests: TIR node classes have no subclasses, and `isinstance` on them
     # goes through an ABC check)
     is_store = type(stmt) is tirx.BufferStore
-    if not is_store and isinstance(stmt, tirx.Stmt) and not is_leaf_statement(stmt):
+    if not is_store and node_is(stmt, tirx.Stmt) and not is_leaf_statement(stmt):
         raise MalformedKernelError(
             f"statement_accesses expects a leaf statement {where(func_name, stmt)}; "
             "walk compound statements and pass their leaves"
@@ -558,12 +558,12 @@ def collect_thread_extents(func: Any) -> dict[ir.expr.Var, int]:
     extents: dict[ir.expr.Var, int] = {}
 
     def check(node: Any) -> None:
-        if isinstance(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
+        if node_is(node, tirx.For) and node.kind == tirx.ForKind.THREAD_BINDING:
             tag = str(node.thread_binding.thread_tag) if node.thread_binding is not None else ""
             if tag.startswith("threadIdx"):
                 ext = node.extent
                 extents[node.loop_var] = int(ext.value) if isinstance(ext, tirx.IntImm) else 0
-        elif isinstance(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
+        elif node_is(node, tirx.AttrStmt) and str(node.attr_key) == "thread_extent":
             iv = node.node
             if isinstance(iv, tirx.IterVar) and str(iv.thread_tag).startswith("threadIdx"):
                 value = node.value
@@ -591,18 +591,21 @@ def repeated_loops(body: Any) -> set[Any]:
 # Regions
 
 
+_ADD_SUB = (tirx.Add, tirx.Sub)
+
+
 def _linear(expr: Any) -> tuple[dict[Any, int], Any] | None:
     """Split ``expr`` as ``sum(c_i * v_i) + rest`` over variables; ``rest`` is a constant.
 
     Returns ``({var: coeff}, const)`` or ``None`` when ``expr`` is not affine.
     """
-    if isinstance(expr, tirx.IntImm):
+    if node_is(expr, tirx.IntImm):
         return {}, int(expr.value)
-    if isinstance(expr, ir.expr.Var):
+    if node_is(expr, ir.expr.Var):
         return {expr: 1}, 0
-    if isinstance(expr, tirx.Cast):
+    if node_is(expr, tirx.Cast):
         return _linear(expr.value)
-    if isinstance(expr, (tirx.Add, tirx.Sub)):
+    if node_is(expr, _ADD_SUB):
         a, b = _linear(expr.a), _linear(expr.b)
         if a is None or b is None:
             return None
@@ -612,7 +615,7 @@ def _linear(expr: Any) -> tuple[dict[Any, int], Any] | None:
             key = next((k for k in coeffs if k.same_as(var)), var)
             coeffs[key] = coeffs.get(key, 0) + sign * c
         return {k: c for k, c in coeffs.items() if c != 0}, a[1] + sign * b[1]
-    if isinstance(expr, tirx.Mul):
+    if node_is(expr, tirx.Mul):
         a, b = _linear(expr.a), _linear(expr.b)
         if a is None or b is None:
             return None

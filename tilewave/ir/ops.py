@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import tvm
 import tvm_ffi
@@ -84,8 +85,21 @@ def make_call(name: str, *args: int | tvm.ir.expr.Expr) -> ir.expr.Call:
 
 
 def call_op(name: str, *args: int | tvm.ir.expr.Expr) -> tirx.Evaluate:
-    """Build the statement ``T.<name>(*args)`` for one of tilewave's ops."""
+    """Build the statement ``T.<name>(*args)`` for one of tilewave's ops (a new statement
+    each time; the call expression is shared when every argument is an ``int``:
+    expressions are immutable, and a pass inserting hundreds of barriers then builds the
+    call once)."""
+    if all(type(a) is int for a in args):
+        key = (name, *args)
+        call = _CONSTANT_CALLS.get(key)
+        if call is None:
+            call = _CONSTANT_CALLS[key] = make_call(name, *args)
+        return tirx.Evaluate(call)
     return tirx.Evaluate(make_call(name, *args))
+
+
+#: call expressions of :func:`call_op` with constant arguments, by (op name, arguments)
+_CONSTANT_CALLS: dict[tuple[Any, ...], ir.expr.Call] = {}
 
 
 class _ScriptNamespace:

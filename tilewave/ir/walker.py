@@ -36,6 +36,7 @@ __all__ = [
     "forget_walks",
     "kind_by_class",
     "node_fields",
+    "node_is",
     "post_order_visit",
     "rebuild",
     "rebuild_seq",
@@ -65,6 +66,20 @@ def _all_fields(cls: type) -> tuple[Any, ...]:
         chain.append(info)
         info = info.parent_type_info
     return tuple(f for info in reversed(chain) for f in info.fields)
+
+
+def node_is(node: Any, cls: type | tuple[type, ...]) -> bool:
+    """``isinstance(node, cls)``, answered once per (node class, ``cls``) and remembered:
+    for TVM's node classes (``ABCMeta``) a failing ``isinstance`` runs a Python-level
+    instance check (about a microsecond), a dictionary hit far less."""
+    key = (type(node), cls)
+    found = _NODE_IS.get(key)
+    if found is None:
+        found = _NODE_IS[key] = isinstance(node, cls)
+    return found
+
+
+_NODE_IS: dict[tuple[type, Any], bool] = {}
 
 
 def kind_by_class(table: dict[type, Any], node: Any, classify: Callable[[Any], Any]) -> Any:
@@ -116,6 +131,7 @@ def ffi_list(items: Any) -> list[Any]:
     return list(items)
 
 
+_SEQUENCES = (list, tuple, tvm_ffi.Array)
 _array_item = tvm_ffi.get_global_func("ffi.ArrayGetItem")
 _array_size = tvm_ffi.get_global_func("ffi.ArraySize")
 
@@ -165,7 +181,7 @@ class TIRVisitor:
         """Visit ``node`` (a Stmt, Expr, IterVar, Range, or a list/array of them)."""
         if node is None:
             return
-        if isinstance(node, (list, tuple, tvm_ffi.Array)):
+        if node_is(node, _SEQUENCES):
             for item in ffi_list(node):
                 self.visit(item)
             return
@@ -444,7 +460,7 @@ def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
         value = mapping.get(var)
         if value is None:
             return var
-        if not isinstance(value, tvm_ffi.Object):
+        if not node_is(value, tvm_ffi.Object):
             value = _constant(value, var)
         if mutator.def_region_kind() != 0 and not isinstance(value, ir.expr.Var):
             return var  # a definition site accepts only another variable

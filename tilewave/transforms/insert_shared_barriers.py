@@ -83,7 +83,7 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
     where,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import expect_repeated_walks, ffi_list, rebuild, seq_stmt
+from tilewave.ir.walker import expect_repeated_walks, ffi_list, node_is, rebuild, seq_stmt
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, waits_on_groups
 from tilewave.transforms.barrier_state import (
@@ -214,7 +214,7 @@ class _Placer:
             else:
                 children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
             counts = [
-                self.sync_counts(c) for c in children if c is not None and isinstance(c, tirx.Stmt)
+                self.sync_counts(c) for c in children if c is not None and node_is(c, tirx.Stmt)
             ]
             found = (sum(c[0] for c in counts), sum(c[1] for c in counts))
         self._counts[stmt] = found
