@@ -518,14 +518,14 @@ class _Side:
         for lp in self.loops:
             values = next((x for k, x in fixed.items() if k.same_as(lp.var)), None)
             axes.append((lp.var, self.free_values(lp) if values is None else values))
-        size = int(np.prod([len(x) for _, x in axes], dtype=np.int64)) if axes else 1
+        size = math.prod(len(x) for _, x in axes)  # (exact; numpy's prod is 5 us a call)
         full_size = size
         # a space within SAMPLE_POINTS is taken whole at every level: its answer is final
         while sample is not None and size > sample and full_size > SAMPLE_POINTS:
             longest = max(range(len(axes)), key=lambda i: len(axes[i][1]))
             var, values = axes[longest]
             axes[longest] = (var, values[: (len(values) + 1) // 2])
-            size = int(np.prod([len(x) for _, x in axes], dtype=np.int64))
+            size = math.prod(len(x) for _, x in axes)
         if size > MAX_POINTS:
             raise _NotEnumerable("too many points")
         found = None

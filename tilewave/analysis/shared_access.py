@@ -486,11 +486,12 @@ def statement_accesses(
             not stores_shared or descriptors or _names_shared_memory(value, scope)
         ):
             collector.visit(value)
-        for index in ffi_list(stmt.indices):
+        indices = ffi_list(stmt.indices)
+        for index in indices:
             if type(index) not in _PLAIN_OPERANDS:
                 collector.visit(index)
         if stores_shared:
-            collector.add(stmt.buffer, AccessKind.WRITE, stmt.indices)
+            collector.add(stmt.buffer, AccessKind.WRITE, indices)
     else:
         collector.visit(stmt)
     found = collector.accesses

@@ -37,6 +37,11 @@ def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
     """True when ``expr`` has one value in every thread of the block (see the module doc)."""
     # a thread index is a free variable of the expression: one C++ walk finds it
     handles = {hash(t) for t in thread_vars}
+    kind = type(expr)
+    if kind is ir.expr.Var:  # (the common index: no walk)
+        return hash(expr) not in handles
+    if kind is tirx.IntImm:
+        return True
     if any(hash(v) in handles for v in ffi_list(tirx.analysis.undefined_vars(expr, []))):
         return False
     ok = True

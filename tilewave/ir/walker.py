@@ -122,7 +122,7 @@ def ffi_list(items: Any) -> list[Any]:
     element) and a slice goes through Python index helpers (~0.8 us); calling the element
     getter directly costs ~0.5 us, which matters for the statement list of a large kernel
     and for the thousands of small arrays the analyses read."""
-    if isinstance(items, tvm_ffi.Array):
+    if type(items) is tvm_ffi.Array or node_is(items, tvm_ffi.Array):
         item = _array_item
         size = _array_size(items)
         if size == 1:  # (most arrays read are one index or one variable: no loop frame)
