@@ -97,7 +97,7 @@ class Instance:
     ``__hash__`` call. Instances are immutable.
     """
 
-    __slots__ = ("__weakref__", "access", "carried", "finished", "positions")
+    __slots__ = ("__weakref__", "_iterations", "access", "carried", "finished", "positions")
 
     access: SharedAccess
     carried: tuple[tuple[Any, int], ...]
@@ -124,6 +124,7 @@ class Instance:
             init(found, "carried", carried)
             init(found, "positions", positions)
             init(found, "finished", finished)
+            init(found, "_iterations", None)
             table[key] = weakref.ref(found)
         return found
 
@@ -140,9 +141,13 @@ class Instance:
         )
 
     def iterations(self) -> dict[Any, frozenset[int]]:
-        """Iteration distances from the access to the statement now being visited."""
-        out = {lp.loop: frozenset({0}) for lp in self.access.loops if lp.loop is not None}
-        out.update((k, frozenset({d})) for k, d in self.carried)
+        """Iteration distances from the access to the statement now being visited (made
+        once per instance: callers must not change the dict)."""
+        out = self._iterations
+        if out is None:
+            out = {lp.loop: frozenset({0}) for lp in self.access.loops if lp.loop is not None}
+            out.update((k, frozenset({d})) for k, d in self.carried)
+            object.__setattr__(self, "_iterations", out)
         return out
 
     def position_map(self) -> dict[Any, int]:
