@@ -255,16 +255,8 @@ _LEAF_BY_TYPE: dict[type, bool] = {}
 class _AccessCollector(TIRVisitor):
     """Collects accesses of one expression tree in evaluation order (operands first)."""
 
-    def __init__(
-        self,
-        stmt: Any,
-        scope: AccessScope,
-        func_name: str | None,
-        descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
-        scalars: Mapping[Any, Any] | None = None,
-        storage: StorageMap | None = None,
-    ) -> None:
-        self.reset(stmt, scope, func_name, descriptors, scalars, storage)
+    def __init__(self) -> None:
+        self.reset(None, _NO_SCOPE, None)
 
     def reset(
         self,
@@ -472,11 +464,8 @@ def statement_accesses(
     stores_shared = is_store and is_shared_buffer(stmt.buffer)
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
-    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else None
-    if collector is None:
-        collector = _AccessCollector(stmt, scope, func_name, descriptors, scalars, storage)
-    else:
-        collector.reset(stmt, scope, func_name, descriptors, scalars, storage)
+    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else _AccessCollector()
+    collector.reset(stmt, scope, func_name, descriptors, scalars, storage)
     if is_store:
         # (a variable or constant holds no load or call: most indices and many values; a
         # store to shared memory of a value that names none, `S[tx] = A[i, tx] * 2`, reads
