@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tvm
+import tvm_ffi
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from tvm import ir, tirx
@@ -20,6 +21,7 @@ from tilewave.ir.walker import (
     TIRMutator,
     TIRVisitor,
     node_fields,
+    node_is,
     post_order_visit,
     rebuild,
     rewrite_calls,
@@ -518,3 +520,20 @@ def test_seq_stmt_builds_what_the_python_constructor_builds():
     assert type(made) is tirx.SeqStmt
     assert [s.same_as(i) for s, i in zip(made.seq, items, strict=True)] == [True] * 3
     tvm.ir.assert_structural_equal(made, tirx.SeqStmt(items))
+
+
+def test_node_is_agrees_with_isinstance() -> None:
+    # (remembered per class pair: a second question of the same pair is a dictionary hit)
+    x = tirx.Var("x", "int32")
+    one = tirx.IntImm("int32", 1)
+    cases = [
+        (x, ir.expr.Var),
+        (one, ir.expr.Var),
+        (one, tirx.IntImm),
+        (x, tirx.Stmt),
+        (tirx.Evaluate(one), tirx.Stmt),
+        ([x], (list, tuple)),
+        (3, tvm_ffi.Object),
+    ]
+    for node, cls in cases * 2:
+        assert node_is(node, cls) == isinstance(node, cls), (node, cls)

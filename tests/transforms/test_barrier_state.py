@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from tvm import tirx
 from tvm.script import tirx as T
 
@@ -105,3 +106,14 @@ def test_distance_one_covers_every_larger_distance() -> None:
     assert all(
         anywhere >= may_conflict(before, read, extents, None, {loop: p}) for p in (0, 1, 2, FAR)
     )
+
+
+def test_instances_are_interned_and_immutable() -> None:
+    # states compare instances by identity: equal contexts must give the one object
+    loop, _, write, _ = _setup()
+    first = Instance(write, ((loop, 1),))
+    assert Instance(write, ((loop, 1),)) is first
+    assert Instance(write).around(loop) is first
+    assert Instance(write, ((loop, 2),)) is not first
+    with pytest.raises(AttributeError, match="Instance is immutable"):
+        first.carried = ()  # type: ignore[misc]
