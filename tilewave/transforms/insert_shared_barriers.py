@@ -284,9 +284,12 @@ class _Placer:
             return self.accesses(stmt, scope)
         return self.all_accesses(stmt.body, scope)
 
-    def conflicts(self, access: SharedAccess, state: Iterable[Instance]) -> list[Instance]:
+    def conflicts(
+        self, access: SharedAccess, state: Iterable[Instance], first: bool = False
+    ) -> list[Instance]:
         """The pending instances ``access`` may race with (``may_conflict`` verdicts are
-        remembered per pair: fixed-point rounds and look-aheads ask the same pairs again)."""
+        remembered per pair: fixed-point rounds and look-aheads ask the same pairs again);
+        ``first``: stop at the first one found."""
         writes = access.kind.writes
         memory = access.memory_key
         anywhere = memory is ANY_MEMORY
@@ -306,6 +309,8 @@ class _Placer:
                 verdict = verdicts[inst] = self._may_conflict(inst, access)
             if verdict:
                 found.append(inst)
+                if first:
+                    break
         return found
 
     def _may_conflict(self, inst: Instance, access: SharedAccess) -> bool:
@@ -367,8 +372,21 @@ class _Placer:
         current statement list reads are waited for at the same barrier (the usual
         pipelined schedule: one wait + barrier serves both the write-after-read of the next
         prefetch and the read of the current stage)."""
-        blocking = {inst for a in new for inst in self.conflicts(a, state)}
-        if not blocking:
+        # which instances block matters only for copies still in flight (their waits) and
+        # mbarrier initialisations (the fence); any one landed blocker suffices otherwise,
+        # as the barrier orders every landed access
+        new = list(new)
+        decisive: list[Instance] = []
+        rest: list[Instance] = []
+        for inst, record in state.items():
+            if record.landed and inst.access.mbarrier_access != "init":
+                rest.append(inst)
+            else:
+                decisive.append(inst)
+        blocking: set[Instance] = (
+            {inst for a in new for inst in self.conflicts(a, decisive)} if decisive else set()
+        )
+        if not blocking and not any(self.conflicts(a, rest, first=True) for a in new):
             return None, state
         unlanded = {inst for inst in blocking if not state[inst].landed}
         in_flight = [
