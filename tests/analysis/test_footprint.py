@@ -158,10 +158,18 @@ def test_distances_of_a_loop_neither_access_reads_make_one_proof(monkeypatch) ->
         asked.append(dict(iterations or {}))
         return real(a, b, thread_extents, iterations, *rest)
 
+    real_small = shared_access.small_spaces_overlap
+
+    def counting_small(a, b, thread_extents, ordered):  # type: ignore[no-untyped-def]
+        asked.append("whole spaces, no loop")
+        return real_small(a, b, thread_extents, ordered)
+
     monkeypatch.setattr(shared_access, "prove_no_overlap", counting)
+    monkeypatch.setattr(shared_access, "small_spaces_overlap", counting_small)
     verdicts = [may_conflict(write, read, extents, {loop: frozenset({d})}) for d in (1, 2, 3)]
     assert verdicts == [True, True, True]  # another thread's element, in any iteration
-    assert asked == [{}]  # asked once, without the loop
+    # asked once, without the loop (small spaces and no loop relation: compared whole)
+    assert asked == ["whole spaces, no loop"]
     # a loop an access reads keeps its distances apart: they give different answers
     asked.clear()
     same = may_conflict(shifted, shifted, extents, {loop: frozenset({0})})

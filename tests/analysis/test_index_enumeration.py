@@ -25,7 +25,13 @@ from enumeration_space import (
 from hypothesis import example, given, settings
 from tvm import ir, tirx
 
-from tilewave.analysis.index_enumeration import ANY, enumerate_no_overlap
+from tilewave.analysis.index_enumeration import (
+    ANY,
+    MergedPoints,
+    enumerate_no_overlap,
+    small_spaces_overlap,
+    whole_space_points,
+)
 from tilewave.analysis.shared_access import AccessKind, AccessScope, SharedAccess
 
 _OPS = {
@@ -177,3 +183,40 @@ def reads_k(acc: SharedAccess) -> bool:
     """Whether the access's index or conditions read the loop variable."""
     exprs = [acc.indices[0], *(c for c, _ in acc.scope.conditions)]
     return any("k" in {str(v.name) for v in tirx.analysis.undefined_vars(e)} for e in exprs)
+
+
+@settings(deadline=None, max_examples=150)
+@given(
+    index_a=indices(),
+    index_b=indices(),
+    conds_a=conditions(),
+    conds_b=conditions(),
+    ordered=st.booleans(),
+)
+def test_small_spaces_overlap_is_the_enumerated_answer(index_a, index_b, conds_a, conds_b, ordered):
+    a = access(AccessKind.WRITE, index_a, conds_a)
+    b = access(AccessKind.READ, index_b, conds_b)
+    verdict = small_spaces_overlap(a, b, EXTENTS, ordered)
+    assert verdict is not None, "a space of a few hundred points is small"
+    assert verdict is (not enumerate_no_overlap(a, b, EXTENTS, None, ordered))
+    assert verdict is brute_force_overlap(a, b, ANY, ordered)
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    members=st.lists(st.tuples(indices(), conditions()), min_size=1, max_size=5),
+    new=st.tuples(indices(), conditions()),
+    ordered=st.booleans(),
+)
+def test_merged_points_answer_as_any_pair(members, new, ordered):
+    """Each growing prefix of the group is asked (the placer's pattern: one more landed
+    store per statement), so merges from a remembered prefix are checked too."""
+    group = [access(AccessKind.WRITE, index, conds) for index, conds in members]
+    b = access(AccessKind.READ, *new)
+    merged = MergedPoints()
+    points_b = whole_space_points(b, EXTENTS)
+    for end in range(1, len(group) + 1):
+        prefix = group[:end]
+        want = any(small_spaces_overlap(a, b, EXTENTS, ordered) for a in prefix)
+        points = tuple(whole_space_points(a, EXTENTS) for a in prefix)
+        assert merged.overlaps_any(points, points_b, ordered) is want

@@ -49,7 +49,15 @@ from tilewave.native.points import PointsCore, core, pack_programs
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
 
-__all__ = ["ANY", "FAR", "enumerate_no_overlap", "index_period"]
+__all__ = [
+    "ANY",
+    "FAR",
+    "MergedPoints",
+    "enumerate_no_overlap",
+    "index_period",
+    "small_spaces_overlap",
+    "whole_space_points",
+]
 
 #: the most index points (both accesses, all contexts) one question may evaluate
 MAX_POINTS = 1 << 21
@@ -506,6 +514,23 @@ class _Side:
                     self._points[(*memo[:2], size)] = found
         return self._points[memo]
 
+    def whole_points(self) -> _Points | None:
+        """The points of the whole space, every loop free (no loop fixed or tied); None
+        when it has more than :data:`SAMPLE_POINTS` points or cannot be enumerated."""
+        found = self._points.get(_WHOLE, False)
+        if found is False:
+            size = math.prod(len(values) for values in self.thread_values)
+            for lp in self.loops:
+                size *= len(self.free_values(lp))
+            found = None
+            if size <= SAMPLE_POINTS:
+                try:
+                    found = self.points({}, [], None)
+                except _NotEnumerable:
+                    found = None
+            self._points[_WHOLE] = found
+        return found
+
     def _enumerate(
         self,
         fixed: Mapping[Any, np.ndarray],
@@ -735,7 +760,7 @@ _TIED: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
 _TIED_LIMIT = 4096
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Points:
     """One side's points in one loop context: its distinct keys, sorted, and for each the
     lowest and highest thread id touching it."""
@@ -798,6 +823,112 @@ def _overlap(a: _Points, b: _Points, same_thread_ordered: bool) -> bool:
     lo_b, hi_b = b.lo[at[shared]], b.hi[at[shared]]
     # one thread on both sides at every shared address: program order, no race
     return bool(np.any((lo_a != hi_a) | (lo_b != hi_b) | (lo_a != lo_b)))
+
+
+#: :meth:`_Side.whole_points`' entry in a side's point cache
+_WHOLE = ("whole",)
+
+
+def whole_space_points(access: SharedAccess, thread_extents: Mapping[Any, int]) -> _Points | None:
+    """The points of ``access`` over its whole index space, every loop variable free,
+    where that space has at most :data:`SAMPLE_POINTS` points and the proofs analyse its
+    indices; None otherwise."""
+    if access.resolved_indices is None or not access.indices_analysable:
+        return None
+    try:
+        return _side(access, thread_extents).whole_points()
+    except _NotEnumerable:
+        return None
+
+
+def small_spaces_overlap(
+    a: SharedAccess, b: SharedAccess, thread_extents: Mapping[Any, int], same_thread_ordered: bool
+) -> bool | None:
+    """Whether two different threads (any two, when ``same_thread_ordered`` is False) touch
+    a common element through ``a`` and ``b`` with every loop variable independent, decided
+    over both whole index spaces where each has at most :data:`SAMPLE_POINTS` points (the
+    answer :func:`enumerate_no_overlap` gives such spaces without loop relations, at less
+    cost: no sample levels, no loop contexts). None: not decided here (an index the
+    proofs do not analyse, an unknown range, a larger space)."""
+    points_a = whole_space_points(a, thread_extents)
+    points_b = whole_space_points(b, thread_extents) if points_a is not None else None
+    if points_a is None or points_b is None:
+        return None
+    return _overlap(points_a, points_b, same_thread_ordered)
+
+
+class MergedPoints:
+    """Answers whether some points overlap those of any member of a group, over the
+    members' points merged (each address with the lowest and highest thread of any member
+    there: the answer :func:`_overlap` gives some pair). Merged groups are remembered, and
+    a group that extends a remembered one by a member merges just that one (a run of
+    statements between barriers grows its group one access at a time). One per analysis
+    run."""
+
+    def __init__(self) -> None:
+        self._merged: dict[tuple[_Points, ...], _Points] = {}
+
+    def overlaps_any(
+        self, group: tuple[_Points, ...], points: _Points, same_thread_ordered: bool
+    ) -> bool:
+        """Whether ``points`` overlap those of a member of ``group`` (see the class)."""
+        if not group or points.size == 0:
+            return False
+        return _overlap(self._merge(group), points, same_thread_ordered)
+
+    def _merge(self, group: tuple[_Points, ...]) -> _Points:
+        found = self._merged.get(group)
+        if found is not None:
+            return found
+        if len(group) == 1:
+            return group[0]
+        prefix = self._merged.get(group[:-1])
+        if prefix is not None:
+            found = _merged_pair(prefix, group[-1])
+        else:  # each prefix on the way is remembered: the next group extends this one
+            if len(self._merged) + len(group) >= _MERGED_LIMIT:
+                self._merged.clear()
+            found = group[0]
+            for end in range(2, len(group) + 1):
+                found = self._merged[group[:end]] = _merged_pair(found, group[end - 1])
+            return found
+        if len(self._merged) >= _MERGED_LIMIT:
+            self._merged.clear()
+        self._merged[group] = found
+        return found
+
+
+#: merged groups one :class:`MergedPoints` keeps (then it starts again)
+_MERGED_LIMIT = 4096
+
+
+def _merged_pair(p: _Points, q: _Points) -> _Points:
+    """``p`` and ``q`` as one: their keys, each with the lowest and highest thread of
+    either."""
+    lo, hi = p.lo, p.hi
+    insert = np.searchsorted(p.keys, q.keys)
+    if p.size:
+        at = np.minimum(insert, p.size - 1)
+        hit = p.keys[at] == q.keys  # (keys are distinct and sorted on both sides)
+        if hit.any():
+            lo, hi = lo.copy(), hi.copy()
+            where = at[hit]
+            lo[where] = np.minimum(lo[where], q.lo[hit])
+            hi[where] = np.maximum(hi[where], q.hi[hit])
+            new = ~hit
+            insert, q_keys, q_lo, q_hi = insert[new], q.keys[new], q.lo[new], q.hi[new]
+        else:
+            q_keys, q_lo, q_hi = q.keys, q.lo, q.hi
+    else:
+        q_keys, q_lo, q_hi = q.keys, q.lo, q.hi
+    joined = np.concatenate(
+        (
+            np.insert(p.keys, insert, q_keys),
+            np.insert(lo, insert, q_lo),
+            np.insert(hi, insert, q_hi),
+        )
+    )
+    return _Points.packed(joined)
 
 
 def enumerate_no_overlap(

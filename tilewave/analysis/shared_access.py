@@ -54,6 +54,7 @@ from tilewave.analysis.hopper_ops import (
     tma_load_destination,
     wgmma_descriptor_operands,
 )
+from tilewave.analysis.index_enumeration import small_spaces_overlap, whole_space_points
 from tilewave.analysis.interval_bounds import index_bounds, variable_ranges
 from tilewave.analysis.region_proof import ANY, FAR, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import (
@@ -69,7 +70,7 @@ from tilewave.analysis.storage_identity import (
     storage_relation,
     unit_index,
 )
-from tilewave.analysis.uniform_writes import stores_alike
+from tilewave.analysis.uniform_writes import stores_alike, writes_same_everywhere
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
 from tilewave.ir.walker import TIRVisitor, ffi_list, node_is, post_order_visit, substitute
@@ -748,11 +749,42 @@ def may_conflict(
     )
     found, verdict = _SHARED_PROOFS.lookup(shared, thread_extents)
     if not found:
-        verdict = not prove_no_overlap(
-            a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
+        # no loop relating the two: small index spaces are compared whole (the answer the
+        # proof reaches through enumeration, at more cost)
+        verdict = (
+            None
+            if iterations or positions or finished
+            else small_spaces_overlap(a, b, thread_extents, ordered)
         )
+        if verdict is None:
+            verdict = not prove_no_overlap(
+                a, b, thread_extents, iterations, ordered, positions or {}, finished or {}
+            )
         _SHARED_PROOFS.put(shared, thread_extents, verdict)
     return verdict
+
+
+def unrelated_points(access: SharedAccess, thread_extents: Mapping[Any, int]) -> Any | None:
+    """The whole index points (:func:`~tilewave.analysis.index_enumeration.whole_space_points`)
+    of a plain read or write whose indices and conditions read no loop, that is not a store
+    every thread makes alike; None for any other access. For two such accesses of one
+    buffer, :func:`may_conflict` answers whether these points overlap between two threads,
+    whatever the loop relations (cached per access)."""
+    cached = access.memo.get("unrelated_points")
+    if cached is not None and cached[0] == id(thread_extents):
+        return cached[1]
+    points = None
+    kind = access.kind
+    if (
+        (kind is AccessKind.READ or kind is AccessKind.WRITE)
+        and not access.collective
+        and access.indices is not None
+        and not loops_read(access)
+        and not (kind is AccessKind.WRITE and writes_same_everywhere(access, thread_extents))
+    ):
+        points = whole_space_points(access, thread_extents)
+    access.memo["unrelated_points"] = (id(thread_extents), points)
+    return points
 
 
 def _on_one_storage(a: SharedAccess, b: SharedAccess) -> bool | tuple[SharedAccess, SharedAccess]:

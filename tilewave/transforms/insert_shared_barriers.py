@@ -47,6 +47,7 @@ from tilewave.analysis.hopper_ops import (
     mbarrier_wait_loop,
     ring_buffers,
 )
+from tilewave.analysis.index_enumeration import MergedPoints
 from tilewave.analysis.local_scalars import single_assignment_scalars
 from tilewave.analysis.named_barrier_order import (
     arrive_barrier_ids,
@@ -70,6 +71,7 @@ from tilewave.analysis.shared_access import (
     statement_accesses,
     sync_action,
     touches_shared_or_sync,
+    unrelated_points,
 )
 from tilewave.analysis.storage_identity import storage_map
 from tilewave.analysis.uniformity import UniformityAnalysis, thread_conditions
@@ -116,6 +118,8 @@ PASS_NAME = "InsertSharedBarriers"
 WORKGROUP_BARRIER = -1
 _MAX_FIXPOINT_ROUNDS = 32
 _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
+#: landed instances from which :meth:`_Placer.blocks_any` merges points (fewer: pair by pair)
+_MERGED_MEMBERS = 3
 
 
 class _ScopeFacts:
@@ -189,6 +193,8 @@ class _Placer:
         self._records: dict[Pending, Pending] = {}
         #: the record of a synchronous access (shared by all of them)
         self._plain = Pending(True, frozenset())
+        #: merged points of landed accesses (:meth:`blocks_any`)
+        self._merged = MergedPoints()
         self._records[self._plain] = self._plain
 
     # -- facts ---------------------------------------------------------------------------
@@ -313,6 +319,56 @@ class _Placer:
                     break
         return found
 
+    def blocks_any(self, new: list[SharedAccess], landed: list[Instance]) -> bool:
+        """Whether an access of ``new`` may race with a ``landed`` instance. Plain accesses
+        that read no loop and have small index spaces (:func:`unrelated_points`) meet all
+        such instances of their buffer in one comparison of merged points (the answer of
+        every pair's ``may_conflict``, at the cost of one: a long run of stores between
+        barriers, such as an unrolled epilogue, is otherwise asked pair by pair)."""
+        extents = self.thread_extents
+        for access in new:
+            rest = landed
+            points = (
+                unrelated_points(access, extents) if len(landed) >= _MERGED_MEMBERS else None
+            )
+            if points is not None:
+                group, rest = self.merged_members(access, landed)
+                if len(group) >= _MERGED_MEMBERS:
+                    if self._merged.overlaps_any(group, points, True):
+                        return True
+                else:
+                    rest = landed
+            if self.conflicts(access, rest, first=True):
+                return True
+        return False
+
+    def merged_members(
+        self, access: SharedAccess, landed: list[Instance]
+    ) -> tuple[tuple[Any, ...], list[Instance]]:
+        """The points of the instances of ``landed`` that :meth:`blocks_any` compares with
+        ``access`` at once (same buffer, plain, reading no loop; writers only when
+        ``access`` reads), and the other instances."""
+        extents = self.thread_extents
+        buffer = hash(access.buffer)
+        ndim = len(access.indices or ())
+        writes = access.kind.writes
+        group: list[Any] = []
+        rest: list[Instance] = []
+        for inst in landed:
+            other = inst.access
+            if not (writes or other.kind.writes):
+                continue  # (two reads: no race)
+            points = (
+                unrelated_points(other, extents)
+                if hash(other.buffer) == buffer and len(other.indices or ()) == ndim
+                else None
+            )
+            if points is None:
+                rest.append(inst)
+            else:
+                group.append(points)
+        return tuple(group), rest
+
     def _may_conflict(self, inst: Instance, access: SharedAccess) -> bool:
         """``may_conflict`` of a pending instance and a new access."""
         return may_conflict(
@@ -386,7 +442,7 @@ class _Placer:
         blocking: set[Instance] = (
             {inst for a in new for inst in self.conflicts(a, decisive)} if decisive else set()
         )
-        if not blocking and not any(self.conflicts(a, rest, first=True) for a in new):
+        if not blocking and not self.blocks_any(new, rest):
             return None, state
         unlanded = {inst for inst in blocking if not state[inst].landed}
         in_flight = [
