@@ -118,8 +118,9 @@ PASS_NAME = "InsertSharedBarriers"
 WORKGROUP_BARRIER = -1
 _MAX_FIXPOINT_ROUNDS = 32
 _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
-#: landed instances from which :meth:`_Placer.blocks_any` merges points (fewer: pair by pair)
-_MERGED_MEMBERS = 3
+#: pairs without a remembered verdict from which :meth:`_Placer.blocks_any` merges points
+#: (fewer: pair by pair, where the proof caches answer most)
+_MERGED_MEMBERS = 8
 
 
 class _ScopeFacts:
@@ -291,11 +292,16 @@ class _Placer:
         return self.all_accesses(stmt.body, scope)
 
     def conflicts(
-        self, access: SharedAccess, state: Iterable[Instance], first: bool = False
+        self,
+        access: SharedAccess,
+        state: Iterable[Instance],
+        first: bool = False,
+        unasked: list[Instance] | None = None,
     ) -> list[Instance]:
         """The pending instances ``access`` may race with (``may_conflict`` verdicts are
         remembered per pair: fixed-point rounds and look-aheads ask the same pairs again);
-        ``first``: stop at the first one found."""
+        ``first``: stop at the first one found; ``unasked``: only remembered verdicts count,
+        the instances without one are appended there."""
         writes = access.kind.writes
         memory = access.memory_key
         anywhere = memory is ANY_MEMORY
@@ -312,6 +318,9 @@ class _Placer:
                 continue
             verdict = verdicts.get(inst)
             if verdict is None:
+                if unasked is not None:
+                    unasked.append(inst)
+                    continue
                 verdict = verdicts[inst] = self._may_conflict(inst, access)
             if verdict:
                 found.append(inst)
@@ -320,44 +329,39 @@ class _Placer:
         return found
 
     def blocks_any(self, new: list[SharedAccess], landed: list[Instance]) -> bool:
-        """Whether an access of ``new`` may race with a ``landed`` instance. Plain accesses
-        that read no loop and have small index spaces (:func:`unrelated_points`) meet all
-        such instances of their buffer in one comparison of merged points (the answer of
-        every pair's ``may_conflict``, at the cost of one: a long run of stores between
-        barriers, such as an unrolled epilogue, is otherwise asked pair by pair)."""
-        extents = self.thread_extents
+        """Whether an access of ``new`` may race with a ``landed`` instance. Remembered
+        verdicts first; where many pairs are new, plain accesses that read no loop and have
+        small index spaces (:func:`unrelated_points`) meet all such instances of their
+        buffer in one comparison of merged points (the answer of every pair's
+        ``may_conflict``, at the cost of one: a long run of stores between barriers, such
+        as an unrolled epilogue, is otherwise asked pair by pair)."""
         for access in new:
-            rest = landed
-            points = (
-                unrelated_points(access, extents) if len(landed) >= _MERGED_MEMBERS else None
-            )
-            if points is not None:
-                group, rest = self.merged_members(access, landed)
-                if len(group) >= _MERGED_MEMBERS:
+            unasked: list[Instance] = []
+            if self.conflicts(access, landed, first=True, unasked=unasked):
+                return True
+            if len(unasked) >= _MERGED_MEMBERS:
+                points = unrelated_points(access, self.thread_extents)
+                if points is not None:
+                    group, unasked = self.merged_members(access, unasked)
                     if self._merged.overlaps_any(group, points, True):
                         return True
-                else:
-                    rest = landed
-            if self.conflicts(access, rest, first=True):
+            if unasked and self.conflicts(access, unasked, first=True):
                 return True
         return False
 
     def merged_members(
-        self, access: SharedAccess, landed: list[Instance]
+        self, access: SharedAccess, unasked: list[Instance]
     ) -> tuple[tuple[Any, ...], list[Instance]]:
-        """The points of the instances of ``landed`` that :meth:`blocks_any` compares with
-        ``access`` at once (same buffer, plain, reading no loop; writers only when
-        ``access`` reads), and the other instances."""
+        """The points of the instances of ``unasked`` (landed, each able to race with
+        ``access``) that :meth:`blocks_any` compares with ``access`` at once (same buffer,
+        plain, reading no loop), and the other instances."""
         extents = self.thread_extents
         buffer = hash(access.buffer)
         ndim = len(access.indices or ())
-        writes = access.kind.writes
         group: list[Any] = []
         rest: list[Instance] = []
-        for inst in landed:
+        for inst in unasked:
             other = inst.access
-            if not (writes or other.kind.writes):
-                continue  # (two reads: no race)
             points = (
                 unrelated_points(other, extents)
                 if hash(other.buffer) == buffer and len(other.indices or ()) == ndim
