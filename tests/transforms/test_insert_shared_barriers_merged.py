@@ -9,17 +9,12 @@ from __future__ import annotations
 import importlib
 
 import tvm
+from structural import same
 from tvm.script import tirx as T
 
 import tilewave  # noqa: F401 (registers T.tilewave.*)
 from tilewave.analysis.shared_hazards import find_shared_hazards
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
-
-
-def same(after, expected):
-    """Structural equality up to the function name (the expected kernel has its own)."""
-    symbol = after.attrs["global_symbol"]
-    tvm.ir.assert_structural_equal(after, expected.with_attr("global_symbol", symbol))
 
 
 @T.prim_func

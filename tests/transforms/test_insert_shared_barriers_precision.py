@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import tvm
+from structural import same
 from tvm.script import tirx as T
 
 import tilewave  # noqa: F401 (registers T.tilewave.*)
@@ -16,13 +17,6 @@ from tilewave.pipeline import STAGES, LowerOptions
 from tilewave.targets import get_target
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 from tilewave.transforms.multibuffer import multi_buffer
-
-
-def same(after, expected):
-    """Structural equality up to the function name (the expected kernel has its own)."""
-    symbol = after.attrs["global_symbol"]
-    tvm.ir.assert_structural_equal(after, expected.with_attr("global_symbol", symbol))
-
 
 # ---------------------------------------------------------------- tree reduction
 

@@ -2,17 +2,12 @@
 
 import pytest
 import tvm
+from structural import same
 from tvm.script import tirx as T
 
 import tilewave  # noqa: F401  (registers T.tilewave ops)
 from tilewave.errors import MalformedKernelError, PassOptionError, SharedMemoryLimitError
 from tilewave.transforms.multibuffer import MultiBuffer, multi_buffer
-
-
-def same(after, expected):
-    """Structural equality up to the function's name."""
-    name = after.attrs["global_symbol"]
-    tvm.ir.assert_structural_equal(after, expected.with_attr("global_symbol", name))
 
 
 def check(before, expected, **options):
