@@ -880,21 +880,16 @@ class MergedPoints:
         found = self._merged.get(group)
         if found is not None:
             return found
-        if len(group) == 1:
-            return group[0]
-        prefix = self._merged.get(group[:-1])
-        if prefix is not None:
-            found = _merged_pair(prefix, group[-1])
-        else:  # each prefix on the way is remembered: the next group extends this one
-            if len(self._merged) + len(group) >= _MERGED_LIMIT:
-                self._merged.clear()
+        # from the remembered group one member shorter, else from the first member with
+        # each prefix on the way remembered (the next group extends this one)
+        found = self._merged.get(group[:-1])
+        start = len(group) - 1 if found is not None else 1
+        if found is None:
             found = group[0]
-            for end in range(2, len(group) + 1):
-                found = self._merged[group[:end]] = _merged_pair(found, group[end - 1])
-            return found
-        if len(self._merged) >= _MERGED_LIMIT:
+        if len(self._merged) + len(group) - start >= _MERGED_LIMIT:
             self._merged.clear()
-        self._merged[group] = found
+        for end in range(start + 1, len(group) + 1):
+            found = self._merged[group[:end]] = _merged_pair(found, group[end - 1])
         return found
 
 
