@@ -17,3 +17,10 @@ os.environ.setdefault("TILEWAVE_VERIFY_BARRIERS", "1")
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
+
+# Opt-in: record every decision of the barrier pass and the verifier into a file, to compare
+# two versions of tilewave (tests/decision_record.py says how).
+if os.environ.get("TILEWAVE_DECISION_RECORD"):
+    import decision_record
+
+    decision_record.install(os.environ["TILEWAVE_DECISION_RECORD"])
