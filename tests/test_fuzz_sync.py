@@ -82,3 +82,27 @@ def test_buffer_used_only_in_dead_code_is_refused_not_crashed():
     # found with StorageRewrite off (the fuzz config then); with it on, R is folded away
     outcome = check_kernel(DEAD_BRANCH, "sm_90a", config={"tirx.disable_storage_rewrite": True})
     assert outcome.error == "MalformedKernelError"
+
+
+#: Found by this fuzz test: TVM's ThreadSync puts no barrier around an atomic through
+#: `address_of` (its reference races; every thread-at-a-time order of the interpreter still
+#: agrees on one result, which a warp in lockstep does not give), while tilewave orders the
+#: stores, the atomic and the read.
+RACY_REFERENCE = """@T.prim_func
+def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        R = T.alloc_buffer((64,), "int32", scope="shared")
+        S = T.alloc_buffer((64,), "int32", scope="shared")
+        for k1 in range(1):
+            Q[tx] = A[tx] + k1
+            Q[tx] = A[tx] + k1
+            T.evaluate(T.call_intrin("int32", "tirx.atomic_add", T.address_of(Q[31 - tx]), 1))
+        B[tx] = B[tx] % 65536 * 2 + Q[tx]
+"""
+
+
+def test_a_reference_racecheck_finds_racy_is_not_compared():
+    outcome = check_kernel(RACY_REFERENCE, "sm_90a")
+    assert outcome.reference_racy and not outcome.compared
