@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 
+import pytest
 from fuzz_sync_kernels import TARGETS, check_kernel, kernels
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -106,3 +107,29 @@ def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
 def test_a_reference_racecheck_finds_racy_is_not_compared():
     outcome = check_kernel(RACY_REFERENCE, "sm_90a")
     assert outcome.reference_racy and not outcome.compared
+
+
+#: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): the verifier reported a WAW
+#: between the arms of `if 1 < n` inside a thread-divergent branch, arms no two threads
+#: take at once (racecheck runs tilewave's kernel clean for n = 1 and 3).
+UNIFORM_INSIDE_DIVERGENT = """@T.prim_func
+def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        R = T.alloc_buffer((64,), "int32", scope="shared")
+        S = T.alloc_buffer((64,), "int32", scope="shared")
+        if tx % 2 == 0:
+            Q[tx] = A[tx] + 1
+        else:
+            Q[tx] = A[tx] + 1
+            if n > 1:
+                S[(31 - tx) + 32] = A[tx] + 1
+            else:
+                S[(tx * 3 + 5) % 64] = A[tx] + 1
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_uniform_branches_inside_divergent_code_verify_clean(target):
+    assert check_kernel(UNIFORM_INSIDE_DIVERGENT, target).result.name == "LOWERED"

@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tvm import tirx
+from tvm import ir, tirx
 
 from tilewave.analysis import mbarrier_parity_check, proxy_fence_check
 from tilewave.analysis.hazard_report import HazardKind, SharedHazard
@@ -81,7 +81,7 @@ from tilewave.analysis.uniformity import thread_conditions
 from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
 from tilewave.cyclic_gc import without_cyclic_gc
-from tilewave.ir.walker import expect_repeated_walks, ffi_list
+from tilewave.ir.walker import expect_repeated_walks, ffi_list, post_order_visit
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -211,7 +211,8 @@ class _Graph:
 
     def _build_if(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         head = self._condition(stmt.condition, stmt, entry, scope, divergent)
-        inner = divergent or self._divergent(stmt.condition, scope)
+        own = self._divergent(stmt.condition, scope)
+        inner = divergent or own
         then_in = self.new()
         self.edge(head, then_in)
         then_out = self.build(stmt.then_case, then_in, scope.assuming(stmt.condition), inner)
@@ -221,8 +222,12 @@ class _Graph:
         if stmt.else_case is not None:
             else_scope = scope.assuming(stmt.condition, False)
             else_out = self.build(stmt.else_case, else_in, else_scope, inner)
-        if inner:
-            # threads that took different branches run them concurrently
+        if own or (inner and reads_memory(stmt.condition)):
+            # threads that took different branches run them concurrently. (In divergent
+            # code, a block-uniform condition that reads no memory sends every thread that
+            # reaches it the same way: its branches exclude each other as in uniform code;
+            # executions in other iterations meet along the loop's paths. One that loads may
+            # be read at different times by different threads, so it stays concurrent.)
             sides = (range(then_in, else_in), range(else_in, len(self.nodes)))
             handed = ring_buffers(
                 stmt.then_case,
@@ -720,3 +725,16 @@ def find_divergent_barriers(func: Any) -> list[Any]:
             or counted_barrier_threads(n.stmt) is not None
         )
     ]
+
+
+def reads_memory(expr: Any) -> bool:
+    """Whether ``expr`` may read memory: it holds a load or a call (calls are taken to read:
+    an intrinsic may load through a pointer)."""
+    found = False
+
+    def note(_node: Any) -> None:
+        nonlocal found
+        found = True
+
+    post_order_visit(expr, note, (ir.expr.TensorLoad, ir.expr.Call))
+    return found
