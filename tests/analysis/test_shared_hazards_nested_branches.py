@@ -64,6 +64,9 @@ def test_branches_of_a_uniform_scalar_condition_exclude_each_other(target):
 
 
 def test_branches_of_a_loaded_condition_stay_concurrent():
+    """Conservative: threads reaching the ``if`` at different times may load different
+    values (here ``A`` is never written, which the verifier does not look for; the barrier
+    pass, whose uniformity analysis does, leaves the kernel as it is)."""
     hazards = find_shared_hazards(loaded_condition_inside_divergent, "sm_90a")
     assert [h.kind for h in hazards] == [HazardKind.WAW], hazards
 
@@ -73,3 +76,16 @@ def test_branches_of_a_thread_dependent_condition_race():
     assert [h.kind for h in hazards] == [HazardKind.WAW], hazards
     # threads 1 (then: S[62]) and 19 (else: S[62]) write one element: racecheck sees it
     assert not racecheck(thread_condition_inside_divergent, target="sm_90a", args={"n": 3}).ok
+
+
+def test_the_barrier_pass_refuses_racing_branches_nested_in_divergent_code():
+    """The pass checked only the outermost divergent ``if``'s branches: the nested one's
+    race was left in the kernel without a word."""
+    from tilewave.transforms import insert_shared_barriers
+    from tilewave.transforms.insert_shared_barriers import DivergentBarrierError
+
+    with pytest.raises(DivergentBarrierError, match="thread-divergent"):
+        insert_shared_barriers(thread_condition_inside_divergent, "sm_90a")
+    # the uniform and the loaded conditions are left as they are
+    for func in (uniform_scalar_inside_divergent, loaded_condition_inside_divergent):
+        assert insert_shared_barriers(func, "sm_90a").same_as(func)

@@ -782,8 +782,13 @@ class _Placer:
         self, stmt: Any, state: State, scope: AccessScope, divergent: bool
     ) -> tuple[list[Any], State]:
         cond_stmt = tirx.Evaluate(stmt.condition)
-        inner = divergent or self.is_divergent(stmt.condition, scope)
+        own = self.is_divergent(stmt.condition, scope)
+        inner = divergent or own
         prefix: list[Any] = []
+        if divergent and own:
+            # an `if` on the thread index inside divergent code: its branches run
+            # concurrently too, and no barrier can go between them
+            self.check_branches_apart(stmt, scope)
         if inner and not divergent:
             named = self.visit_warp_split(stmt, state, scope)
             if named is not None:
