@@ -133,3 +133,27 @@ def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
 @pytest.mark.parametrize("target", TARGETS)
 def test_uniform_branches_inside_divergent_code_verify_clean(target):
     assert check_kernel(UNIFORM_INSIDE_DIVERGENT, target).result.name == "LOWERED"
+
+
+#: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): thread 7 reads R[8] in the
+#: nested `if tx < 8` while thread 8 writes it in the other branch; the barrier pass checked
+#: only the outermost divergent `if` and returned the race unchanged.
+NESTED_DIVERGENT_RACE = """@T.prim_func
+def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        R = T.alloc_buffer((64,), "int32", scope="shared")
+        S = T.alloc_buffer((64,), "int32", scope="shared")
+        if tx < 16:
+            if tx < 8:
+                B[tx] = B[tx] % 65536 * 2 + R[(tx + 1) % 32]
+            else:
+                R[tx] = A[tx] + 1
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_racing_branches_nested_in_divergent_code_are_refused(target):
+    outcome = check_kernel(NESTED_DIVERGENT_RACE, target)
+    assert outcome.error == "DivergentBarrierError", outcome
