@@ -157,3 +157,32 @@ def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
 def test_racing_branches_nested_in_divergent_code_are_refused(target):
     outcome = check_kernel(NESTED_DIVERGENT_RACE, target)
     assert outcome.error == "DivergentBarrierError", outcome
+
+
+#: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): under `n <= 1` the loop runs
+#: at most once, so `Q[k2 * 5 + tx]` is `Q[tx]`; the pass sees that, the verifier (trip count
+#: `n` unbounded) reports a WAW, racecheck runs the kernel clean for n = 0..3.
+TRIP_COUNT_BOUNDED_BY_CONDITION = """@T.prim_func
+def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
+    T.func_attr({"global_symbol": "k"})
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        Q = T.alloc_buffer((32,), "int32", scope="shared")
+        R = T.alloc_buffer((64,), "int32", scope="shared")
+        S = T.alloc_buffer((64,), "int32", scope="shared")
+        if n > 1:
+            Q[tx] = A[tx] + 1
+        else:
+            Q[tx] = A[tx] + 1
+            for k2 in range(n):
+                Q[(k2 * 5 + tx) % 32] = A[tx] + k2
+"""
+
+
+def test_a_conservative_verifier_report_is_overruled_by_racecheck(monkeypatch):
+    # as users lower (and benchmarks/fuzz_sync.py runs): the barrier stage's output check off
+    monkeypatch.setenv("TILEWAVE_VERIFY_BARRIERS", "0")
+    outcome = check_kernel(TRIP_COUNT_BOUNDED_BY_CONDITION, "sm_90a")
+    assert outcome.verifier_overruled and outcome.result.name == "LOWERED"
+    # with the check on (this test suite's setting) the same report refuses the kernel
+    monkeypatch.setenv("TILEWAVE_VERIFY_BARRIERS", "1")
+    assert check_kernel(TRIP_COUNT_BOUNDED_BY_CONDITION, "sm_90a").error == "UnfixableHazardError"
