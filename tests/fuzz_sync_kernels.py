@@ -149,8 +149,14 @@ def _block(depth: int, counter: list[int], divergent: bool, loop_vars: list[str]
 @st.composite
 def kernels(draw: Any) -> str:
     """TVMScript source of one random kernel ``k(A, B, n)``."""
-    body = draw(_block(2, [0], False, []))
-    text = "\n".join("        " + line for line in body)
+    return kernel_source("\n".join(draw(_block(2, [0], False, []))))
+
+
+def kernel_source(body: str) -> str:
+    """TVMScript source of a kernel ``k(A, B, n)`` of this family (the generator's, and the
+    regression kernels the fuzz test found): its thread loop and shared buffers, then
+    ``body``, the statements inside the thread loop written without its indentation."""
+    text = "\n".join("        " + line for line in body.strip("\n").splitlines())
     allocs = "\n".join(
         f'        {name} = T.alloc_buffer(({size},), "int32", scope="shared")'
         for name, size in sorted(BUFFER_SIZES.items())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from fuzz_sync_kernels import TARGETS, check_kernel, kernels
+from fuzz_sync_kernels import TARGETS, check_kernel, kernel_source, kernels
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,16 +39,10 @@ def test_the_generator_reaches_every_outcome():
 
 #: Found by this fuzz test: with StorageRewrite on, R's memory is reused as Q's and the read
 #: of Q then races with the write through the view (TVM's ThreadSync puts a barrier there).
-ALIASED = """@T.prim_func
-def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
-    T.func_attr({"global_symbol": "k"})
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        R = T.alloc_buffer((64,), "int32", scope="shared")
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        B[tx] = B[tx] * 2 + Q[tx]
-        R[31 - tx] = A[tx] + 1
-"""
+ALIASED = kernel_source("""
+B[tx] = B[tx] * 2 + Q[tx]
+R[31 - tx] = A[tx] + 1
+""")
 
 
 def test_aliased_kernel_is_correct_without_storage_rewrite():
@@ -64,19 +58,13 @@ def test_storage_rewrite_alias_is_synchronised():
 #: Found by benchmarks/fuzz_sync.py (5000 kernels): R is written only in a branch that cannot
 #: run, TVM's CompactBufferAllocation gives it a negative size and its CUDA codegen crashed
 #: ("bad optional access"); tilewave now refuses it with a MalformedKernelError.
-DEAD_BRANCH = """@T.prim_func
-def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
-    T.func_attr({"global_symbol": "k"})
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        R = T.alloc_buffer((64,), "int32", scope="shared")
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        if tx < 8:
-            if tx < 16:
-                Q[tx] = A[tx] + 1
-            else:
-                R[tx] = A[tx] + 1
-"""
+DEAD_BRANCH = kernel_source("""
+if tx < 8:
+    if tx < 16:
+        Q[tx] = A[tx] + 1
+    else:
+        R[tx] = A[tx] + 1
+""")
 
 
 def test_buffer_used_only_in_dead_code_is_refused_not_crashed():
@@ -89,19 +77,13 @@ def test_buffer_used_only_in_dead_code_is_refused_not_crashed():
 #: `address_of` (its reference races; every thread-at-a-time order of the interpreter still
 #: agrees on one result, which a warp in lockstep does not give), while tilewave orders the
 #: stores, the atomic and the read.
-RACY_REFERENCE = """@T.prim_func
-def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
-    T.func_attr({"global_symbol": "k"})
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        R = T.alloc_buffer((64,), "int32", scope="shared")
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        for k1 in range(1):
-            Q[tx] = A[tx] + k1
-            Q[tx] = A[tx] + k1
-            T.evaluate(T.call_intrin("int32", "tirx.atomic_add", T.address_of(Q[31 - tx]), 1))
-        B[tx] = B[tx] % 65536 * 2 + Q[tx]
-"""
+RACY_REFERENCE = kernel_source("""
+for k1 in range(1):
+    Q[tx] = A[tx] + k1
+    Q[tx] = A[tx] + k1
+    T.evaluate(T.call_intrin("int32", "tirx.atomic_add", T.address_of(Q[31 - tx]), 1))
+B[tx] = B[tx] % 65536 * 2 + Q[tx]
+""")
 
 
 def test_a_reference_racecheck_finds_racy_is_not_compared():
@@ -112,22 +94,16 @@ def test_a_reference_racecheck_finds_racy_is_not_compared():
 #: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): the verifier reported a WAW
 #: between the arms of `if 1 < n` inside a thread-divergent branch, arms no two threads
 #: take at once (racecheck runs tilewave's kernel clean for n = 1 and 3).
-UNIFORM_INSIDE_DIVERGENT = """@T.prim_func
-def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
-    T.func_attr({"global_symbol": "k"})
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        R = T.alloc_buffer((64,), "int32", scope="shared")
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        if tx % 2 == 0:
-            Q[tx] = A[tx] + 1
-        else:
-            Q[tx] = A[tx] + 1
-            if n > 1:
-                S[(31 - tx) + 32] = A[tx] + 1
-            else:
-                S[(tx * 3 + 5) % 64] = A[tx] + 1
-"""
+UNIFORM_INSIDE_DIVERGENT = kernel_source("""
+if tx % 2 == 0:
+    Q[tx] = A[tx] + 1
+else:
+    Q[tx] = A[tx] + 1
+    if n > 1:
+        S[(31 - tx) + 32] = A[tx] + 1
+    else:
+        S[(tx * 3 + 5) % 64] = A[tx] + 1
+""")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -138,19 +114,13 @@ def test_uniform_branches_inside_divergent_code_verify_clean(target):
 #: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): thread 7 reads R[8] in the
 #: nested `if tx < 8` while thread 8 writes it in the other branch; the barrier pass checked
 #: only the outermost divergent `if` and returned the race unchanged.
-NESTED_DIVERGENT_RACE = """@T.prim_func
-def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
-    T.func_attr({"global_symbol": "k"})
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        R = T.alloc_buffer((64,), "int32", scope="shared")
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        if tx < 16:
-            if tx < 8:
-                B[tx] = B[tx] % 65536 * 2 + R[(tx + 1) % 32]
-            else:
-                R[tx] = A[tx] + 1
-"""
+NESTED_DIVERGENT_RACE = kernel_source("""
+if tx < 16:
+    if tx < 8:
+        B[tx] = B[tx] % 65536 * 2 + R[(tx + 1) % 32]
+    else:
+        R[tx] = A[tx] + 1
+""")
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -162,20 +132,14 @@ def test_racing_branches_nested_in_divergent_code_are_refused(target):
 #: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): under `n <= 1` the loop runs
 #: at most once, so `Q[k2 * 5 + tx]` is `Q[tx]`; the pass sees that, the verifier (trip count
 #: `n` unbounded) reports a WAW, racecheck runs the kernel clean for n = 0..3.
-TRIP_COUNT_BOUNDED_BY_CONDITION = """@T.prim_func
-def k(A: T.Buffer((32,), "int32"), B: T.Buffer((32,), "int32"), n: T.int32):
-    T.func_attr({"global_symbol": "k"})
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        Q = T.alloc_buffer((32,), "int32", scope="shared")
-        R = T.alloc_buffer((64,), "int32", scope="shared")
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        if n > 1:
-            Q[tx] = A[tx] + 1
-        else:
-            Q[tx] = A[tx] + 1
-            for k2 in range(n):
-                Q[(k2 * 5 + tx) % 32] = A[tx] + k2
-"""
+TRIP_COUNT_BOUNDED_BY_CONDITION = kernel_source("""
+if n > 1:
+    Q[tx] = A[tx] + 1
+else:
+    Q[tx] = A[tx] + 1
+    for k2 in range(n):
+        Q[(k2 * 5 + tx) % 32] = A[tx] + k2
+""")
 
 
 def test_a_conservative_verifier_report_is_overruled_by_racecheck(monkeypatch):
