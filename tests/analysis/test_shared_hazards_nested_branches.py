@@ -10,49 +10,36 @@ keeps its branches concurrent.
 from __future__ import annotations
 
 import pytest
+from tvm import tirx
+from tvm.script import from_source
 from tvm.script import tirx as T
 
 from tilewave.analysis.shared_hazards import HazardKind, find_shared_hazards
 from tilewave.racecheck import racecheck
 
 
+def nested_inside_divergent(condition: str) -> tirx.PrimFunc:
+    """Odd threads write ``S`` in the two branches of ``if condition`` (in ``tx``, ``n`` and
+    ``A``); ``S[62]`` is thread 1's in the first and thread 19's in the second."""
+    return from_source(
+        f"""
 @T.prim_func
-def uniform_scalar_inside_divergent(
-    A: T.Buffer((32,), "int32"), B: T.Buffer((64,), "int32"), n: T.int32
-):
+def nested(A: T.Buffer((32,), "int32"), B: T.Buffer((64,), "int32"), n: T.int32):
     for tx in T.thread_binding(32, thread="threadIdx.x"):
         S = T.alloc_buffer((64,), "int32", scope="shared")
         if tx % 2 == 1:
-            if 1 < n:
+            if {condition}:
                 S[63 - tx] = A[tx]
             else:
                 S[(tx * 3 + 5) % 64] = A[tx]
+""",
+        extra_vars={"T": T},
+    )
 
 
-@T.prim_func
-def loaded_condition_inside_divergent(
-    A: T.Buffer((32,), "int32"), B: T.Buffer((64,), "int32"), n: T.int32
-):
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        if tx % 2 == 1:
-            if A[0] > 0:
-                S[63 - tx] = A[tx]
-            else:
-                S[(tx * 3 + 5) % 64] = A[tx]
-
-
-@T.prim_func
-def thread_condition_inside_divergent(
-    A: T.Buffer((32,), "int32"), B: T.Buffer((64,), "int32"), n: T.int32
-):
-    for tx in T.thread_binding(32, thread="threadIdx.x"):
-        S = T.alloc_buffer((64,), "int32", scope="shared")
-        if tx % 2 == 1:
-            if tx % 4 == 1:
-                S[63 - tx] = A[tx]
-            else:
-                S[(tx * 3 + 5) % 64] = A[tx]
+uniform_scalar_inside_divergent = nested_inside_divergent("1 < n")
+loaded_condition_inside_divergent = nested_inside_divergent("A[0] > 0")
+thread_condition_inside_divergent = nested_inside_divergent("tx % 4 == 1")
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "gfx1200"])
