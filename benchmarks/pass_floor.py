@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,7 +39,6 @@ import pass_time
 from barrier_count import sync_input
 
 from tilewave.errors import TilewaveError
-from tilewave.ir.walker import forget_walks
 from tilewave.targets import get_target
 
 #: the pass's module (its name is also a function exported by ``tilewave.transforms``)
@@ -61,12 +59,10 @@ def _may_conflict_replaced(replacement: Callable[..., bool]) -> Iterator[None]:
         _PASS_MODULE.may_conflict = original
 
 
-def _run(mod: Any, target: str) -> tuple[float, Any]:
-    run_pass = _PASS_MODULE.InsertSharedBarriers(get_target(target))
-    forget_walks()  # each run walks the kernel as a first run does
-    start = time.process_time()
-    out = run_pass(mod)
-    return time.process_time() - start, out
+def _run(mod: Any, target: str, repeat: int = 1) -> tuple[float, Any]:
+    """Best CPU time of the pass on ``mod`` over ``repeat`` runs, and its output."""
+    info = get_target(target)
+    return pass_scaling.timed(lambda: _PASS_MODULE.InsertSharedBarriers(info), mod, repeat)
 
 
 def recorded_answers(mod: Any, target: str) -> tuple[list[bool], Any]:
@@ -120,7 +116,7 @@ def replayed_time(mod: Any, target: str, answers: list[bool], expected: Any) -> 
 def pass_and_floor(mod: Any, target: str, repeat: int) -> tuple[float, float, int]:
     """Best pass time, best time with recorded verdicts replayed, and the question count."""
     answers, expected = recorded_answers(mod, target)
-    real = min(_run(mod, target)[0] for _ in range(repeat))
+    real = _run(mod, target, repeat)[0]
     floor = min(replayed_time(mod, target, answers, expected) for _ in range(repeat))
     return real, floor, len(answers)
 
