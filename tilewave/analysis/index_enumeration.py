@@ -902,6 +902,7 @@ def _merged_pair(p: _Points, q: _Points) -> _Points:
     either."""
     lo, hi = p.lo, p.hi
     insert = np.searchsorted(p.keys, q.keys)
+    q_keys, q_lo, q_hi = q.keys, q.lo, q.hi  # (q's keys not in p, after the next step)
     if p.size:
         at = np.minimum(insert, p.size - 1)
         hit = p.keys[at] == q.keys  # (keys are distinct and sorted on both sides)
@@ -912,10 +913,6 @@ def _merged_pair(p: _Points, q: _Points) -> _Points:
             hi[where] = np.maximum(hi[where], q.hi[hit])
             new = ~hit
             insert, q_keys, q_lo, q_hi = insert[new], q.keys[new], q.lo[new], q.hi[new]
-        else:
-            q_keys, q_lo, q_hi = q.keys, q.lo, q.hi
-    else:
-        q_keys, q_lo, q_hi = q.keys, q.lo, q.hi
     joined = np.concatenate(
         (
             np.insert(p.keys, insert, q_keys),
