@@ -20,7 +20,7 @@ from tvm import ir, tirx
 from tilewave.analysis.shared_buffers import buffer_scope
 from tilewave.ir.walker import ffi_list, node_is, post_order_visit, replace_nodes
 
-__all__ = ["ScalarForwarder", "single_assignment_scalars"]
+__all__ = ["ScalarForwarder", "loads_memory", "single_assignment_scalars"]
 
 
 def _top_level_stores(body: Any) -> list[Any]:
@@ -82,7 +82,7 @@ def single_assignment_scalars(func: Any) -> dict[Any, Any]:
         if counts.get(hash(buffer), 0) != 1:
             continue
         value = ScalarForwarder(values).visit(store.value)
-        if _loads_memory(value):
+        if loads_memory(value):
             continue
         values[buffer] = value
     return values
@@ -99,7 +99,9 @@ def _is_local_scalar(buffer: Any) -> bool:
     )
 
 
-def _loads_memory(expr: Any) -> bool:
+def loads_memory(expr: Any) -> bool:
+    """Whether ``expr`` may read memory: it holds a load or a call (a call is taken to read:
+    an intrinsic may load through a pointer)."""
     found = False
 
     def check(node: Any) -> None:

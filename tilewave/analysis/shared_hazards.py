@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilewave.analysis import mbarrier_parity_check, proxy_fence_check
 from tilewave.analysis.hazard_report import HazardKind, SharedHazard
@@ -48,7 +48,7 @@ from tilewave.analysis.hopper_ops import (
     mbarrier_wait_loop,
     ring_buffers,
 )
-from tilewave.analysis.local_scalars import single_assignment_scalars
+from tilewave.analysis.local_scalars import loads_memory, single_assignment_scalars
 from tilewave.analysis.named_barrier_order import (
     NamedBarrierSplit,
     SplitIf,
@@ -81,7 +81,7 @@ from tilewave.analysis.uniformity import thread_conditions
 from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
 from tilewave.cyclic_gc import without_cyclic_gc
-from tilewave.ir.walker import expect_repeated_walks, ffi_list, post_order_visit
+from tilewave.ir.walker import expect_repeated_walks, ffi_list
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -222,7 +222,7 @@ class _Graph:
         if stmt.else_case is not None:
             else_scope = scope.assuming(stmt.condition, False)
             else_out = self.build(stmt.else_case, else_in, else_scope, inner)
-        if own or (inner and reads_memory(stmt.condition)):
+        if own or (inner and loads_memory(stmt.condition)):
             # threads that took different branches run them concurrently. (In divergent
             # code, a block-uniform condition that reads no memory sends every thread that
             # reaches it the same way: its branches exclude each other as in uniform code;
@@ -726,15 +726,3 @@ def find_divergent_barriers(func: Any) -> list[Any]:
         )
     ]
 
-
-def reads_memory(expr: Any) -> bool:
-    """Whether ``expr`` may read memory: it holds a load or a call (calls are taken to read:
-    an intrinsic may load through a pointer)."""
-    found = False
-
-    def note(_node: Any) -> None:
-        nonlocal found
-        found = True
-
-    post_order_visit(expr, note, (ir.expr.TensorLoad, ir.expr.Call))
-    return found
