@@ -10,7 +10,8 @@ uniform and thread-divergent ``if``s, atomics, and hand-placed barriers in unifo
 * ``tilewave.lower`` finishes or raises a :class:`~tilewave.errors.TilewaveError` (never
   anything else);
 * the barrier stage's output verifies clean (``find_shared_hazards`` is empty), or, where the
-  verifier is conservative and the pass precise (a trip count a path condition bounds), the
+  verifier is conservative and the pass precise (an ``if`` on a loaded block-uniform value
+  inside thread-divergent code), the
   lowered kernel runs race-free under :mod:`tilewave.racecheck` for every ``n`` in
   :data:`RACECHECK_TRIPS` (:attr:`Outcome.verifier_overruled`); the stage is idempotent
   (running ``InsertSharedBarriers`` on its output changes nothing);
@@ -350,9 +351,10 @@ def _check_kernel(source: str, target: str) -> Outcome:
     synced = capture.after[_BARRIER_STAGE]["k"]
     hazards = find_shared_hazards(synced, target)
     if hazards:
-        # the verifier is conservative where the pass is precise (a loop whose trip count a
-        # path condition bounds, `for k in range(n)` under `n <= 1`): racecheck, running the
-        # lowered kernel for every trip count the generated conditions tell apart, decides
+        # the verifier is conservative where the pass is precise (an `if A[0] > 0` inside
+        # thread-divergent code: its arms concurrent to the verifier, exclusive to the pass):
+        # racecheck, running the lowered kernel for every trip count the generated
+        # conditions tell apart, decides
         lowered_now = capture.after[_LAST_SYNC_STAGE]["k"]
         racy = [trips for trips in RACECHECK_TRIPS if _races(lowered_now, target, trips)]
         assert not racy, (racy, hazards, synced.script())

@@ -130,8 +130,9 @@ def test_racing_branches_nested_in_divergent_code_are_refused(target):
 
 
 #: Found by this fuzz test (benchmarks/fuzz_sync.py, seed 35): under `n <= 1` the loop runs
-#: at most once, so `Q[k2 * 5 + tx]` is `Q[tx]`; the pass sees that, the verifier (trip count
-#: `n` unbounded) reports a WAW, racecheck runs the kernel clean for n = 0..3.
+#: at most once, so `Q[k2 * 5 + tx]` is `Q[tx]`. The pair proof fixed `k2` at iteration 1
+#: of the loop without asking whether that iteration exists, so the verifier reported a WAW
+#: (racecheck: clean for n = 0..3); the proof now keeps the loop's range (`1 < n` is false).
 TRIP_COUNT_BOUNDED_BY_CONDITION = kernel_source("""
 if n > 1:
     Q[tx] = A[tx] + 1
@@ -142,11 +143,31 @@ else:
 """)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_trip_count_bounded_by_a_condition_verifies_clean(target):
+    # (this suite checks the barrier stage's output: a report would refuse the kernel)
+    outcome = check_kernel(TRIP_COUNT_BOUNDED_BY_CONDITION, target)
+    assert outcome.result.name == "LOWERED" and not outcome.verifier_overruled, outcome
+
+
+#: The verifier takes the arms of an `if` whose condition loads memory as concurrent when
+#: the `if` sits in thread-divergent code (conservative: it does not ask whether the loaded
+#: value is the same for every thread); the pass knows `A[0]` is one value for the block
+#: (A is never written), so the arms are exclusive and need nothing between them.
+LOADED_UNIFORM_CONDITION = kernel_source("""
+if tx < 16:
+    if A[0] > 0:
+        Q[tx] = A[tx] + 1
+    else:
+        Q[tx + 1] = A[tx] + 2
+""")
+
+
 def test_a_conservative_verifier_report_is_overruled_by_racecheck(monkeypatch):
     # as users lower (and benchmarks/fuzz_sync.py runs): the barrier stage's output check off
     monkeypatch.setenv("TILEWAVE_VERIFY_BARRIERS", "0")
-    outcome = check_kernel(TRIP_COUNT_BOUNDED_BY_CONDITION, "sm_90a")
+    outcome = check_kernel(LOADED_UNIFORM_CONDITION, "sm_90a")
     assert outcome.verifier_overruled and outcome.result.name == "LOWERED"
     # with the check on (this test suite's setting) the same report refuses the kernel
     monkeypatch.setenv("TILEWAVE_VERIFY_BARRIERS", "1")
-    assert check_kernel(TRIP_COUNT_BOUNDED_BY_CONDITION, "sm_90a").error == "UnfixableHazardError"
+    assert check_kernel(LOADED_UNIFORM_CONDITION, "sm_90a").error == "UnfixableHazardError"

@@ -254,3 +254,39 @@ def test_loads_in_indices_are_never_proven_apart():
     read = _access(AccessKind.READ, TX + A_LOAD + 1)
     write = _access(AccessKind.WRITE, TX + A_LOAD)
     assert may_conflict(write, read, {TX: 8}, same_iteration(write, read))
+
+
+@T.prim_func
+def _symbolic_trips(n: T.int32):
+    S = T.alloc_buffer((4096,), "int32", scope="shared")
+    for tx in T.thread_binding(8, thread="threadIdx.x"):
+        for j in range(n):
+            S[j + tx] = 0
+
+
+def _symbolic_loop() -> tuple[Any, Any]:
+    """The ``for j in range(n)`` of ``_symbolic_trips`` and its ``n``."""
+    loop = _symbolic_trips.body
+    while not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.SERIAL):
+        loop = loop.seq[-1] if isinstance(loop, tirx.SeqStmt) else loop.body
+    return loop, _symbolic_trips.params[0]
+
+
+@pytest.mark.parametrize(("position", "premise", "conflict"), [
+    (0, None, False),  # iteration 0 writes the thread's own element
+    (1, None, True),  # iteration 1: thread tx - 1's element
+    (1, "n <= 1", False),  # no iteration 1 when n <= 1
+    (2, "n <= 2", False),
+    (2, "n <= 3", True),
+    (3, "n <= 3", False),
+])
+def test_a_fixed_iteration_of_a_symbolic_loop_must_exist(position, premise, conflict):
+    # `S[tx]` before `for j in range(n): S[j + tx]`: iteration `position` of the loop
+    # (entered after the first write) meets it only if the loop has that many iterations
+    loop, n = _symbolic_loop()
+    conds = () if premise is None else ((n <= int(premise.split("<=")[1]), True),)
+    before = _access(AccessKind.WRITE, TX, conds, loops=())
+    j_range = LoopRange.of(loop, AccessScope((), conds), [TX])
+    inside = _access(AccessKind.WRITE, loop.loop_var + TX, conds, loops=(j_range,))
+    verdict = may_conflict(before, inside, {TX: 8}, None, {loop: position})
+    assert verdict is conflict

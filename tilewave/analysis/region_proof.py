@@ -147,8 +147,10 @@ def _prove_one(
             continue
         pos = positions.get(loop.loop, ANY) if loop.loop is not None else ANY
         if pos < FAR and loop.step is not None and loop.bounds is not None:
-            # b runs in iteration `pos` of a loop entered after a: its variable is known
+            # b runs in iteration `pos` of a loop entered after a: its variable is known,
+            # and that iteration exists (a loop of `n <= 1` iterations has no iteration 1)
             rename[loop.var] = loop.bounds[0] + pos * loop.step
+            constraints += _loop_constraints(loop, rename[loop.var], rename)
             continue
         fresh = _fresh(loop.var)
         rename[loop.var] = fresh
