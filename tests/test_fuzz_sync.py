@@ -150,10 +150,9 @@ def test_a_trip_count_bounded_by_a_condition_verifies_clean(target):
     assert outcome.result.name == "LOWERED" and not outcome.verifier_overruled, outcome
 
 
-#: The verifier takes the arms of an `if` whose condition loads memory as concurrent when
-#: the `if` sits in thread-divergent code (conservative: it does not ask whether the loaded
-#: value is the same for every thread); the pass knows `A[0]` is one value for the block
-#: (A is never written), so the arms are exclusive and need nothing between them.
+#: An `if` on a kernel parameter nothing writes, inside thread-divergent code: every thread
+#: that reaches it reads one `A[0]`, so its arms exclude each other (the verifier took them
+#: as concurrent, as for any loaded condition, until it asked whether the memory is written).
 LOADED_UNIFORM_CONDITION = kernel_source("""
 if tx < 16:
     if A[0] > 0:
@@ -163,11 +162,30 @@ if tx < 16:
 """)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_condition_on_unwritten_parameters_verifies_clean(target):
+    outcome = check_kernel(LOADED_UNIFORM_CONDITION, target)
+    assert outcome.result.name == "LOWERED" and not outcome.verifier_overruled, outcome
+
+
+#: The verifier still takes the arms of an `if` on a shared word inside divergent code as
+#: concurrent (conservative: it does not follow when the word is written); the pass knows
+#: `S[0]` is written before the barrier only, so the arms are exclusive.
+SHARED_UNIFORM_CONDITION = kernel_source("""
+S[tx] = A[tx]
+if tx < 16:
+    if S[0] > 0:
+        Q[tx] = A[tx] + 1
+    else:
+        Q[tx + 1] = A[tx] + 2
+""")
+
+
 def test_a_conservative_verifier_report_is_overruled_by_racecheck(monkeypatch):
     # as users lower (and benchmarks/fuzz_sync.py runs): the barrier stage's output check off
     monkeypatch.setenv("TILEWAVE_VERIFY_BARRIERS", "0")
-    outcome = check_kernel(LOADED_UNIFORM_CONDITION, "sm_90a")
-    assert outcome.verifier_overruled and outcome.result.name == "LOWERED"
+    outcome = check_kernel(SHARED_UNIFORM_CONDITION, "sm_90a")
+    assert outcome.verifier_overruled and outcome.result.name == "LOWERED", outcome
     # with the check on (this test suite's setting) the same report refuses the kernel
     monkeypatch.setenv("TILEWAVE_VERIFY_BARRIERS", "1")
-    assert check_kernel(LOADED_UNIFORM_CONDITION, "sm_90a").error == "UnfixableHazardError"
+    assert check_kernel(SHARED_UNIFORM_CONDITION, "sm_90a").error == "UnfixableHazardError"

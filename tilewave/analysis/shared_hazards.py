@@ -222,12 +222,14 @@ class _Graph:
         if stmt.else_case is not None:
             else_scope = scope.assuming(stmt.condition, False)
             else_out = self.build(stmt.else_case, else_in, else_scope, inner)
-        if own or (inner and loads_memory(stmt.condition)):
+        if own or (inner and not self._unchanging(stmt.condition)):
             # threads that took different branches run them concurrently. (In divergent
-            # code, a block-uniform condition that reads no memory sends every thread that
-            # reaches it the same way: its branches exclude each other as in uniform code;
-            # executions in other iterations meet along the loop's paths. One that loads may
-            # be read at different times by different threads, so it stays concurrent.)
+            # code, a block-uniform condition whose value cannot change during the kernel,
+            # one that reads no memory or only parameters nothing writes, sends every thread
+            # that reaches it the same way: its branches exclude each other as in uniform
+            # code; executions in other iterations meet along the loop's paths. One that
+            # loads other memory may be read at different times by different threads, so it
+            # stays concurrent.)
             sides = (range(then_in, else_in), range(else_in, len(self.nodes)))
             handed = ring_buffers(
                 stmt.then_case,
@@ -248,6 +250,11 @@ class _Graph:
         self.edge(then_out, exit_node)
         self.edge(else_out, exit_node)
         return exit_node
+
+    def _unchanging(self, cond: Any) -> bool:
+        if self.uniformity is None:
+            return not loads_memory(cond)
+        return self.uniformity.reads_unchanging_memory(cond)
 
     def _divergent(self, cond: Any, scope: AccessScope) -> bool:
         return self.uniformity is None or not self.uniformity.is_block_uniform(cond, scope)

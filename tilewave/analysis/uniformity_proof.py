@@ -132,6 +132,21 @@ class UniformityProof:
             return hash(buffer) in (self._locals if locals_ is None else locals_)
         return hash(buffer) in self._read_only
 
+    def reads_unchanging_memory(self, expr: Any) -> bool:
+        """Whether every load in ``expr`` reads a kernel parameter nothing in the kernel
+        writes and ``expr`` calls nothing: it then gives the same value whenever a thread
+        evaluates it (a shared or local word, or what a call returns, may change between
+        two threads' reads). True for an expression that loads nothing."""
+        unchanging = True
+
+        def check(node: Any) -> None:
+            nonlocal unchanging
+            if isinstance(node, ir.expr.Call) or hash(node.source) not in self._read_only:
+                unchanging = False
+
+        post_order_visit(expr, check, (ir.expr.TensorLoad, ir.expr.Call))
+        return unchanging
+
     def _collect_premises(self, stmt: Any, premises: list[Any]) -> None:
         if isinstance(stmt, tirx.SeqStmt):
             held = list(premises)
