@@ -183,6 +183,8 @@ class _Placer:
         self._actions: dict[Any, SyncAction | None] = {}
         #: access lists already checked for races inside their statement, by id
         self._checked: dict[int, list[SharedAccess]] = {}
+        #: ``if`` statements (by node) and scopes whose branches were found not to race
+        self._apart: set[tuple[Any, AccessScope]] = set()
         #: the scope after a ``Bind`` / inside a loop, per (statement, outer scope)
         self._scopes: dict[tuple[Any, AccessScope], AccessScope] = {}
         self._counts: dict[Any, tuple[int, int]] = {}
@@ -443,9 +445,13 @@ class _Placer:
                 rest.append(inst)
             else:
                 decisive.append(inst)
-        blocking: set[Instance] = (
-            {inst for a in new for inst in self.conflicts(a, decisive)} if decisive else set()
-        )
+        blocking: set[Instance] = set()
+        for a in new if decisive else ():
+            # (an instance found blocking is not asked about again: the set is the same)
+            open_instances = [inst for inst in decisive if inst not in blocking]
+            if not open_instances:
+                break
+            blocking.update(self.conflicts(a, open_instances))
         if not blocking and not self.blocks_any(new, rest):
             return None, state
         unlanded = {inst for inst in blocking if not state[inst].landed}
@@ -831,21 +837,21 @@ class _Placer:
             return stmt, merge(then_state, else_state)
         return rebuild(stmt, changes), merge(then_state, else_state)
 
-    def branch_conflicts(self, stmt: Any, scope: AccessScope) -> list[tuple[Any, Any]]:
-        """Pairs of accesses of the two branches of ``stmt`` that may race in one execution."""
+    def branch_conflicts(self, stmt: Any, scope: AccessScope) -> Iterator[tuple[Any, Any]]:
+        """Pairs of accesses of the two branches of ``stmt`` that may race in one execution
+        (asked lazily: a caller that needs one stops there)."""
         if stmt.else_case is None:
-            return []
+            return
         then_acc = self.all_accesses(stmt.then_case, scope.assuming(stmt.condition))
         else_acc = self.all_accesses(stmt.else_case, scope.assuming(stmt.condition, False))
         # buffers handed between the branches through their mbarrier ring do not race
         ring = ring_buffers(stmt.then_case, stmt.else_case, then_acc + else_acc)
-        return [
-            (a, b)
-            for a in then_acc
-            for b in else_acc
-            if not (a.buffer in ring or b.buffer in ring)
-            and may_conflict(a, b, self.thread_extents, same_iteration(a, b))
-        ]
+        for a in then_acc:
+            for b in else_acc:
+                if not (a.buffer in ring or b.buffer in ring) and may_conflict(
+                    a, b, self.thread_extents, same_iteration(a, b)
+                ):
+                    yield a, b
 
     def visit_warp_split(
         self, stmt: Any, state: State, scope: AccessScope
@@ -859,8 +865,10 @@ class _Placer:
             stripped = rebuild(stmt, {"then_case": then_case, "else_case": else_case})
         else:
             stripped = rebuild(stmt, {"then_case": then_case})
-        conflicts = self.branch_conflicts(stripped, scope)
+        conflicts = list(self.branch_conflicts(stripped, scope))
         if not conflicts:
+            # (named barriers access no shared memory: the `if` as written is apart too)
+            self._apart.add((stmt, scope))
             return None
         split = warp_split(
             scope.resolve(stmt.condition),
@@ -952,8 +960,11 @@ class _Placer:
     def check_branches_apart(self, stmt: Any, scope: AccessScope) -> None:
         """Threads in the two branches of a divergent ``if`` run concurrently (other
         iterations are ordered by the loop analysis: a barrier before the ``if``)."""
-        if self.branch_conflicts(stmt, scope):
+        if (stmt, scope) in self._apart:
+            return  # (fixed-point rounds and the warp-split test meet an `if` again)
+        if next(self.branch_conflicts(stmt, scope), None) is not None:
             raise self.divergent_error(stmt)
+        self._apart.add((stmt, scope))
 
     def visit_for(
         self, stmt: Any, state: State, scope: AccessScope, divergent: bool
