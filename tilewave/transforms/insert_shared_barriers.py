@@ -446,9 +446,23 @@ class _Placer:
             else:
                 decisive.append(inst)
         blocking: set[Instance] = set()
+        # in-flight copies are asked about only while their joining could change the waits
+        # (`joins_that_matter`); mbarrier initialisations and TMA loads always (the fence,
+        # the refusal); an instance found blocking is not asked about again
+        copies = {
+            inst
+            for inst in decisive
+            if not state[inst].landed
+            and state[inst].domain != "mbarrier"
+            and inst.access.mbarrier_access != "init"
+        }
+        always = [inst for inst in decisive if inst not in copies]
         for a in new if decisive else ():
-            # (an instance found blocking is not asked about again: the set is the same)
-            open_instances = [inst for inst in decisive if inst not in blocking]
+            unlanded = {inst for inst in blocking if not state[inst].landed}
+            open_instances = [inst for inst in always if inst not in blocking]
+            open_instances += joins_that_matter(
+                state, unlanded, [inst for inst in decisive if inst in copies]
+            )
             if not open_instances:
                 break
             blocking.update(self.conflicts(a, open_instances))
@@ -462,12 +476,12 @@ class _Placer:
             # an in-flight copy joins when any later access conflicts with it: ask only
             # about copies not already waited for, and stop once every one has joined
             later = self.later_accesses()
-            open_copies = [inst for inst in in_flight if inst not in unlanded]
+            open_copies = joins_that_matter(state, unlanded, in_flight)
             for a in later if open_copies else ():
                 joined = self.conflicts(a, open_copies)
                 if joined:
                     unlanded.update(joined)
-                    open_copies = [inst for inst in open_copies if inst not in unlanded]
+                    open_copies = joins_that_matter(state, unlanded, open_copies)
                     if not open_copies:
                         break
         fence_init = any(i.access.mbarrier_access == "init" for i in blocking)
@@ -484,30 +498,8 @@ class _Placer:
                 "load land: wait on its mbarrier phase (mbarrier.try_wait.parity) before "
                 "using the tile."
             )
-        unlanded -= unfixable  # a what-if (hoisting): those stay pending for a wait later
-        unit_waits = []
-        for domain in sorted(
-            {state[i].domain for i in unlanded if state[i].grouped} - {"cp.async"}
-        ):
-            own = [state[i].group for i in unlanded if state[i].domain == domain]
-            unit_waits.append((domain, max(min(own), 0)))
-            action = SyncAction(SyncKind.ASYNC_WAIT, unit_waits[-1][1], groups=True, domain=domain)
-            state = {
-                i: committed(p, domain) if p.group == OPEN_GROUP else p for i, p in state.items()
-            }
-            state = {i: replace(p, landed=retired(p, action)) for i, p in state.items()}
-        copies = [i for i in unlanded if not state[i].landed]
-        if not copies:
-            kept = {i: p for i, p in state.items() if not p.landed}
-            return Barrier(unit_waits=tuple(unit_waits), fence_init=fence_init), kept
-        commit = any(state[i].grouped and state[i].group == OPEN_GROUP for i in copies)
-        if commit:
-            state = {i: committed(p) for i, p in state.items()}
-        plain = any(not state[i].grouped for i in copies)
-        wait = 0 if plain else min(state[i].group for i in copies)
-        action = SyncAction(SyncKind.ASYNC_WAIT, wait, groups=True)
-        kept = {i: p for i, p in state.items() if not retired(p, action)}
-        return Barrier(wait, commit, tuple(unit_waits), fence_init), kept
+        # a what-if (hoisting): those stay pending for a wait later
+        return barrier_waiting_for(state, unlanded - unfixable, fence_init)
 
     def sync(
         self, stmt: Any, state: State, divergent: bool, scope: AccessScope | None = None
@@ -809,12 +801,13 @@ class _Placer:
         cond_items, state = self.visit_leaf(cond_stmt, state, scope, divergent, owner=stmt)
         prefix += [i for i in cond_items if isinstance(i, Barrier)]
         new_stmt, out = self._visit_branches(stmt, state, scope, inner)
-        if not inner:
-            # a uniform `if`: one barrier before it can replace barriers in its branches
+        if not inner and self.sync_cost(new_stmt, stmt)[0] > 0:
+            # a uniform `if` with barriers in its branches: one barrier before it can
+            # replace them
             barrier, hoisted_state = self.barrier_before(
                 self.all_accesses(stmt, scope), state, strict=False
             )
-            if barrier is not None and self.sync_cost(new_stmt, stmt)[0] > 0:
+            if barrier is not None:
                 hoisted_stmt, hoisted_out = self._visit_branches(stmt, hoisted_state, scope, inner)
                 if self.sync_cost(hoisted_stmt, stmt)[0] < self.sync_cost(new_stmt, stmt)[0]:
                     prefix.append(barrier)
@@ -1210,6 +1203,76 @@ class _Placer:
             return out[0]
         return seq_stmt(out)
 
+
+
+def barrier_waiting_for(
+    state: State, unlanded: set[Instance], fence_init: bool
+) -> tuple[Barrier, State]:
+    """The barrier that makes the in-flight copies ``unlanded`` land (and fences mbarrier
+    initialisations when ``fence_init``), and the state after it: each async unit other than
+    ``cp.async`` waits for its least group (``wait_async_ops``), then ``cp.async`` commits
+    when one of the copies is in the open group and waits with the largest ``N`` that
+    retires them all (``N = 0`` when one is not grouped)."""
+    unit_waits = []
+    for domain in sorted({state[i].domain for i in unlanded if state[i].grouped} - {"cp.async"}):
+        own = [state[i].group for i in unlanded if state[i].domain == domain]
+        unit_waits.append((domain, max(min(own), 0)))
+        action = SyncAction(SyncKind.ASYNC_WAIT, unit_waits[-1][1], groups=True, domain=domain)
+        state = {
+            i: committed(p, domain) if p.group == OPEN_GROUP else p for i, p in state.items()
+        }
+        state = {i: replace(p, landed=retired(p, action)) for i, p in state.items()}
+    copies = [i for i in unlanded if not state[i].landed]
+    if not copies:
+        kept = {i: p for i, p in state.items() if not p.landed}
+        return Barrier(unit_waits=tuple(unit_waits), fence_init=fence_init), kept
+    commit = any(state[i].grouped and state[i].group == OPEN_GROUP for i in copies)
+    if commit:
+        state = {i: committed(p) for i, p in state.items()}
+    plain = any(not state[i].grouped for i in copies)
+    wait = 0 if plain else min(state[i].group for i in copies)
+    action = SyncAction(SyncKind.ASYNC_WAIT, wait, groups=True)
+    kept = {i: p for i, p in state.items() if not retired(p, action)}
+    return Barrier(wait, commit, tuple(unit_waits), fence_init), kept
+
+
+def joins_that_matter(
+    state: State, unlanded: set[Instance], candidates: Iterable[Instance]
+) -> list[Instance]:
+    """The in-flight copies of ``candidates`` (not in ``unlanded``) whose joining the
+    copies a barrier waits for (``unlanded``) could change that barrier or the state after
+    it: :meth:`_Placer.barrier_before` decides from these copies only whether there are
+    any, which units get a wait, each unit's least group (``wait_group N``), whether one is
+    in the open group (a commit) and whether one is not grouped (a full wait). Those are
+    minima and any-tests, so a copy that changes none of them for the copies found so far
+    changes none for any more that join later: it need not be asked about."""
+    found = [state[i] for i in unlanded if state[i].domain != "mbarrier"]
+    copies = [p for p in found if p.domain == "cp.async" or not p.grouped]
+    least: dict[str | None, int] = {}
+    for p in found:
+        least[p.domain] = min(p.group, least.get(p.domain, p.group))
+    opened = any(p.group == OPEN_GROUP for p in copies)
+    plain = any(not p.grouped for p in copies)
+    out = []
+    for inst in candidates:
+        if inst in unlanded:
+            continue
+        p = state[inst]
+        if not found:
+            matters = True  # the first copy turns "no wait" into a wait
+        elif p.grouped and p.domain != "cp.async":  # its unit's own wait, `max(least, 0)`
+            matters = p.domain not in least or max(p.group, 0) < max(least[p.domain], 0)
+        elif not copies:
+            matters = True
+        elif not p.grouped:
+            matters = not plain  # a full wait instead of wait_group N
+        elif p.group == OPEN_GROUP and not opened:
+            matters = True  # a commit
+        else:
+            matters = not plain and p.group < least["cp.async"]
+        if matters:
+            out.append(inst)
+    return out
 
 
 def _unit_wait(domain: str, count: int) -> Any:
