@@ -56,6 +56,7 @@ from tilewave.analysis.hopper_ops import (
 )
 from tilewave.analysis.index_enumeration import small_spaces_overlap, whole_space_points
 from tilewave.analysis.interval_bounds import index_bounds, variable_ranges
+from tilewave.analysis.plain_loads import plain_loads
 from tilewave.analysis.region_proof import ANY, FAR, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import (
     is_shared_buffer,
@@ -463,6 +464,10 @@ def statement_accesses(
             "walk compound statements and pass their leaves"
         )
     stores_shared = is_store and is_shared_buffer(stmt.buffer)
+    if is_store and not descriptors and not scope.binds_pointers:
+        found = _plain_store_accesses(stmt, stores_shared, scope, func_name, scalars, storage)
+        if found is not None:
+            return found
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
     collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else _AccessCollector()
@@ -486,6 +491,41 @@ def statement_accesses(
         collector.visit(stmt)
     found = collector.accesses
     collector.reset(None, _NO_SCOPE, None)  # (holds nothing of this kernel while spare)
+    _SPARE_COLLECTORS.append(collector)
+    return found
+
+
+def _plain_store_accesses(
+    stmt: Any,
+    stores_shared: bool,
+    scope: AccessScope,
+    func_name: str | None,
+    scalars: Mapping[Any, Any] | None,
+    storage: StorageMap | None,
+) -> list[SharedAccess] | None:
+    """The accesses of a store whose value and indices hold no call (arithmetic on loads,
+    variables and constants: :func:`~tilewave.analysis.plain_loads.plain_loads`), as the
+    collector reports them, without its C++ walk; None for any other store. (Only where no
+    pointer is bound: a bound pointer may stand for shared memory, which the collector
+    sees through.)"""
+    loads: list[tuple[Any, list[Any]]] = []
+    indices = ffi_list(stmt.indices)
+    if not plain_loads(stmt.value, loads):
+        return None
+    for index in indices:
+        if not plain_loads(index, loads):
+            return None
+    reads = [(buffer, idx) for buffer, idx in loads if is_shared_buffer(buffer)]
+    if not reads and not stores_shared:
+        return []
+    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else _AccessCollector()
+    collector.reset(stmt, scope, func_name, None, scalars, storage)
+    for buffer, idx in reads:
+        collector.add(buffer, AccessKind.READ, idx)
+    if stores_shared:
+        collector.add(stmt.buffer, AccessKind.WRITE, indices)
+    found = collector.accesses
+    collector.reset(None, _NO_SCOPE, None)
     _SPARE_COLLECTORS.append(collector)
     return found
 
