@@ -14,7 +14,7 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from tilewave.transforms.barrier_state import MAX_NEWER_GROUPS, OPEN_GROUP, Pending
-from tilewave.transforms.insert_shared_barriers import barrier_waiting_for, joins_that_matter
+from tilewave.transforms.barrier_waits import barrier_waiting_for, joins_that_matter
 
 #: async units of in-flight copies: grouped ones, and one completed by a full wait only
 DOMAINS = ("cp.async", "wgmma", "bulk", "lds_dma")
