@@ -470,8 +470,7 @@ def statement_accesses(
             return found
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
-    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else _AccessCollector()
-    collector.reset(stmt, scope, func_name, descriptors, scalars, storage)
+    collector = _borrowed_collector(stmt, scope, func_name, descriptors, scalars, storage)
     if is_store:
         # (a variable or constant holds no load or call: most indices and many values; a
         # store to shared memory of a value that names none, `S[tx] = A[i, tx] * 2`, reads
@@ -489,10 +488,7 @@ def statement_accesses(
             collector.add(stmt.buffer, AccessKind.WRITE, indices)
     else:
         collector.visit(stmt)
-    found = collector.accesses
-    collector.reset(None, _NO_SCOPE, None)  # (holds nothing of this kernel while spare)
-    _SPARE_COLLECTORS.append(collector)
-    return found
+    return _returned(collector)
 
 
 def _plain_store_accesses(
@@ -518,21 +514,41 @@ def _plain_store_accesses(
     reads = [(buffer, idx) for buffer, idx in loads if is_shared_buffer(buffer)]
     if not reads and not stores_shared:
         return []
-    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else _AccessCollector()
-    collector.reset(stmt, scope, func_name, None, scalars, storage)
+    collector = _borrowed_collector(stmt, scope, func_name, None, scalars, storage)
     for buffer, idx in reads:
         collector.add(buffer, AccessKind.READ, idx)
     if stores_shared:
         collector.add(stmt.buffer, AccessKind.WRITE, indices)
-    found = collector.accesses
-    collector.reset(None, _NO_SCOPE, None)
-    _SPARE_COLLECTORS.append(collector)
-    return found
+    return _returned(collector)
 
 
 #: collectors free for the next statement (one per concurrent caller; one that raised is
 #: not put back)
 _SPARE_COLLECTORS: list[_AccessCollector] = []
+
+
+def _borrowed_collector(
+    stmt: Any,
+    scope: AccessScope,
+    func_name: str | None,
+    descriptors: Mapping[Any, list[DescriptorSource]] | None,
+    scalars: Mapping[Any, Any] | None,
+    storage: StorageMap | None,
+) -> _AccessCollector:
+    """A spare collector (or a new one) set to collect the accesses of ``stmt``; give it
+    back with :func:`_returned` (a collector that raised is not given back)."""
+    collector = _SPARE_COLLECTORS.pop() if _SPARE_COLLECTORS else _AccessCollector()
+    collector.reset(stmt, scope, func_name, descriptors, scalars, storage)
+    return collector
+
+
+def _returned(collector: _AccessCollector) -> list[SharedAccess]:
+    """The accesses ``collector`` found; it goes back to the spares, holding nothing of
+    this kernel."""
+    found = collector.accesses
+    collector.reset(None, _NO_SCOPE, None)
+    _SPARE_COLLECTORS.append(collector)
+    return found
 _NO_SCOPE = AccessScope()
 
 

@@ -732,4 +732,3 @@ def find_divergent_barriers(func: Any) -> list[Any]:
             or counted_barrier_threads(n.stmt) is not None
         )
     ]
-

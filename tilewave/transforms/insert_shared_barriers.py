@@ -450,20 +450,19 @@ class _Placer:
         # in-flight copies are asked about only while their joining could change the waits
         # (`joins_that_matter`); mbarrier initialisations and TMA loads always (the fence,
         # the refusal); an instance found blocking is not asked about again
-        copies = {
+        copies = [
             inst
             for inst in decisive
             if not state[inst].landed
             and state[inst].domain != "mbarrier"
             and inst.access.mbarrier_access != "init"
-        }
-        always = [inst for inst in decisive if inst not in copies]
+        ]
+        copy_set = set(copies)
+        always = [inst for inst in decisive if inst not in copy_set]
         for a in new if decisive else ():
             unlanded = {inst for inst in blocking if not state[inst].landed}
             open_instances = [inst for inst in always if inst not in blocking]
-            open_instances += joins_that_matter(
-                state, unlanded, [inst for inst in decisive if inst in copies]
-            )
+            open_instances += joins_that_matter(state, unlanded, copies)
             if not open_instances:
                 break
             blocking.update(self.conflicts(a, open_instances))
