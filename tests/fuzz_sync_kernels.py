@@ -349,6 +349,7 @@ def _check_kernel(source: str, target: str) -> Outcome:
         outcome.error = type(err).__name__
         return outcome
     synced = capture.after[_BARRIER_STAGE]["k"]
+    lowered = capture.after[_LAST_SYNC_STAGE]["k"]
     hazards = find_shared_hazards(synced, target)
     if hazards:
         # the verifier is conservative where the pass is precise (an `if S[0] > 0` on a
@@ -356,13 +357,11 @@ def _check_kernel(source: str, target: str) -> Outcome:
         # exclusive to the pass, which knows the word's writes are behind a barrier):
         # racecheck, running the lowered kernel for every trip count the generated
         # conditions tell apart, decides
-        lowered_now = capture.after[_LAST_SYNC_STAGE]["k"]
-        racy = [trips for trips in RACECHECK_TRIPS if _races(lowered_now, target, trips)]
+        racy = [trips for trips in RACECHECK_TRIPS if _races(lowered, target, trips)]
         assert not racy, (racy, hazards, synced.script())
         outcome.verifier_overruled = True
     again = InsertSharedBarriers(target)(tvm.IRModule({"k": synced}))["k"]
     tvm.ir.assert_structural_equal(again, synced)
-    lowered = capture.after[_LAST_SYNC_STAGE]["k"]
     try:
         reference_func = _reference(func, target)
     except tvm.error.InternalError as err:
