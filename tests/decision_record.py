@@ -118,7 +118,7 @@ Record = dict[str, tuple[str, set[str], str]]
 
 def load(path: str | Path) -> Record:
     """A record file as a :data:`Record`."""
-    found: dict[str, tuple[str, set[str]]] = {}
+    found: Record = {}
     with open(path) as lines:
         for line in lines:
             entry = json.loads(line)
