@@ -149,23 +149,43 @@ def test_the_compiled_overlap_is_the_numpy_overlap():
     rng = np.random.default_rng(7)
     points_core = core()
     for _ in range(200):
-        sides = []
-        for _ in range(2):
-            keys = np.unique(rng.integers(0, 12, rng.integers(0, 8)))
-            lo = rng.integers(0, 4, len(keys))
-            hi = lo + rng.integers(0, 2, len(keys))
-            sides.append(_Points(keys, lo, hi))
+        sides = [_random_points(rng) for _ in range(2)]
         for ordered in (False, True):
-            expected = _numpy_overlap(*sides, ordered)
+            expected = _numpy_path(index_enumeration._overlap, *sides, ordered)
             got = points_core.overlap(*sides[0].words, *sides[1].words, ordered)
             assert got == expected
 
 
-def _numpy_overlap(a: _Points, b: _Points, ordered: bool) -> bool:
+@needs_compiler
+@settings(deadline=None, max_examples=200)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.tuples(st.integers(0, 9), st.integers(0, 9)))
+def test_the_compiled_merge_is_the_numpy_merge(seed, sizes):
+    """Merged point sets (the placer's runs of stores) are the NumPy path's, key for key,
+    thread bounds included; either side may be empty or share every key."""
+    rng = np.random.default_rng(seed)
+    p, q = (_random_points(rng, size) for size in sizes)
+    expected = _numpy_path(index_enumeration._merged_pair, p, q)
+    got = index_enumeration._merged_pair(p, q)
+    assert got.joined is not None, "made by the compiled core"
+    for part in ("keys", "lo", "hi"):
+        assert getattr(got, part).tolist() == getattr(expected, part).tolist(), part
+    assert set(got.keys.tolist()) == set(p.keys.tolist()) | set(q.keys.tolist())
+
+
+def _random_points(rng: np.random.Generator, size: int | None = None) -> _Points:
+    """Distinct sorted keys (few values, so two sets share some), each with a thread range."""
+    count = rng.integers(0, 8) if size is None else size
+    keys = np.unique(rng.integers(0, 12, count)).astype(np.int64)
+    lo = rng.integers(0, 4, len(keys)).astype(np.int64)
+    return _Points(keys, lo, lo + rng.integers(0, 2, len(keys)))
+
+
+def _numpy_path(function: Any, *args: Any) -> Any:
+    """``function(*args)`` with the compiled core hidden from index_enumeration."""
     saved = index_enumeration.core
     index_enumeration.core = lambda: None
     try:
-        return index_enumeration._overlap(a, b, ordered)
+        return function(*args)
     finally:
         index_enumeration.core = saved
 

@@ -113,6 +113,8 @@ def loops_read(access: Any) -> frozenset[int]:
     if footprint is None:
         return frozenset()
     found = footprint.memo.get("loops_read")
+    if found is None and not any(loop_handle is not None for *_, loop_handle in footprint.loops):
+        found = footprint.memo["loops_read"] = frozenset()  # no loop to read
     if found is None:
         exprs = [*access.resolved_indices, *access.path_conditions]
         exprs += [bound for lp in access.loops if lp.bounds is not None for bound in lp.bounds]

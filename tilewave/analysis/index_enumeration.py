@@ -900,6 +900,9 @@ _MERGED_LIMIT = 4096
 def _merged_pair(p: _Points, q: _Points) -> _Points:
     """``p`` and ``q`` as one: their keys, each with the lowest and highest thread of
     either."""
+    points_core = core()
+    if points_core is not None:
+        return _Points.packed(points_core.merge(*p.words, *q.words))
     lo, hi = p.lo, p.hi
     insert = np.searchsorted(p.keys, q.keys)
     q_keys, q_lo, q_hi = q.keys, q.lo, q.hi  # (q's keys not in p, after the next step)

@@ -414,3 +414,34 @@ int64_t tw_overlap(const int64_t *a, int64_t a_size, const int64_t *b, int64_t b
     }
     return 0;
 }
+
+/* Two grouped point sets as one (a merged set, as tw_points writes one): every key of
+ * either, ascending, with the lowest and the highest thread either has there. out has room
+ * for 3 * (a_size + b_size) words; returns the number of keys written. */
+int64_t tw_merge(const int64_t *a, int64_t a_size, const int64_t *b, int64_t b_size,
+                 int64_t *out) {
+    const int64_t *a_lo = a + a_size, *a_hi = a + 2 * a_size;
+    const int64_t *b_lo = b + b_size, *b_hi = b + 2 * b_size;
+    int64_t i = 0, j = 0, n = 0;
+    while (i < a_size || j < b_size) { /* first the count: the thread words follow the keys */
+        if (j == b_size || (i < a_size && a[i] < b[j])) i++;
+        else if (i == a_size || b[j] < a[i]) j++;
+        else { i++; j++; }
+        n++;
+    }
+    int64_t *lo = out + n, *hi = out + 2 * n;
+    i = j = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (j == b_size || (i < a_size && a[i] < b[j])) {
+            out[k] = a[i]; lo[k] = a_lo[i]; hi[k] = a_hi[i]; i++;
+        } else if (i == a_size || b[j] < a[i]) {
+            out[k] = b[j]; lo[k] = b_lo[j]; hi[k] = b_hi[j]; j++;
+        } else {
+            out[k] = a[i];
+            lo[k] = a_lo[i] < b_lo[j] ? a_lo[i] : b_lo[j];
+            hi[k] = a_hi[i] > b_hi[j] ? a_hi[i] : b_hi[j];
+            i++; j++;
+        }
+    }
+    return n;
+}

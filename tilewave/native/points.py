@@ -1,4 +1,4 @@
-"""ctypes binding of ``points.c``: grouped index points of one access, overlap of two.
+"""ctypes binding of ``points.c``: grouped index points of one access; overlap and merge of two.
 
 :func:`core` is ``None`` when compiled cores are off or cannot be built; callers then use
 their NumPy path. Arrays passed in are C-contiguous int64 NumPy arrays.
@@ -72,6 +72,16 @@ class PointsCore:
         when not ``ordered``)."""
         library = self.library
         return bool(library.tw_overlap(a_address, len(a) // 3, b_address, len(b) // 3, ordered))
+
+    def merge(self, a: np.ndarray, a_address: int, b: np.ndarray, b_address: int) -> np.ndarray:
+        """Grouped point sets ``a`` and ``b`` (as :meth:`points` returns them, at the given
+        addresses) as one: every key of either, with the lowest and the highest thread of
+        either there."""
+        out = np.empty(len(a) + len(b), np.int64)
+        found = self.library.tw_merge(
+            a_address, len(a) // 3, b_address, len(b) // 3, out.ctypes.data
+        )
+        return out[: 3 * found]
 
 
 #: buffers reused between calls up to this many words (fresh memory costs page faults)
@@ -150,5 +160,7 @@ def core() -> PointsCore | None:
     library.tw_workspace.argtypes = []
     library.tw_overlap.restype = _N
     library.tw_overlap.argtypes = [_P, _N, _P, _N, _N]
+    library.tw_merge.restype = _N
+    library.tw_merge.argtypes = [_P, _N, _P, _N, _P]
     names = library.tw_opcode_names().decode().split()
     return PointsCore(library, {name: code for code, name in enumerate(names)})
