@@ -6,8 +6,9 @@ updates, reads of a neighbour's element, global stores, and small serial loops h
 both), each lowered through tilewave's pass list up to its synchronisation stage, then
 synchronised by ``tilewave.InsertSharedBarriers`` and by TVM's
 ``s_tir.transform.ThreadSync("shared")``. The table prints the pass times (CPU seconds, best
-of ``--repeat``), tilewave / ThreadSync, the barriers each inserted, and the growth exponent
-``log(t_20k / t_1k) / log(20)`` of each pass (1.0 is linear).
+of ``--repeat``, each run as a first run on the kernel: see ``pass_time.py``), tilewave /
+ThreadSync, the barriers each inserted, and the growth exponent ``log(t_20k / t_1k) /
+log(20)`` of each pass (1.0 is linear).
 
 Targets (issue 15): InsertSharedBarriers <= 0.5 s at 5,000 statements and <= 2 s at
 20,000.
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from barrier_count import static_counts, sync_input
 
-from tilewave.ir.walker import forget_walks
+from tilewave.kernel_memory import forget_kernels
 from tilewave.targets import get_target
 from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
@@ -98,7 +99,7 @@ def timed(make: Callable[[], Any], mod: Any, repeat: int) -> tuple[float, Any]:
     out = None
     for _ in range(repeat):
         transform = make()
-        forget_walks()  # each run walks the kernel as a first run does
+        forget_kernels()  # nothing learnt by an earlier run on this kernel is reused
         start = time.process_time()
         out = transform(mod)
         best = min(best, time.process_time() - start)

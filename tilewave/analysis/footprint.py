@@ -31,6 +31,7 @@ import tvm_ffi
 from tvm import tirx
 
 from tilewave.ir.walker import ffi_list
+from tilewave.kernel_memory import kernel_table
 
 __all__ = ["Footprint", "FootprintCache", "footprint_of", "loops_read"]
 
@@ -131,13 +132,13 @@ def loops_read(access: Any) -> frozenset[int]:
 #: a node's handle (``hash`` of a constant is its value: ``3`` of int32 and of int64 agree)
 _handle: Callable[[Any], int] = tvm_ffi.Object.__hash__
 #: footprints by the node handles of their expressions (see :func:`footprint_of`)
-_BY_HANDLES: dict[tuple[Any, ...], tuple[Footprint, tuple[Any, ...]]] = {}
+_BY_HANDLES: dict[tuple[Any, ...], tuple[Footprint, tuple[Any, ...]]] = kernel_table()
 
 
 #: one object per distinct footprint: the caches then find a footprint by identity instead
 #: of comparing expressions structurally on every lookup (a kernel asks about the same few
 #: footprints thousands of times)
-_INTERNED: dict[tuple[Any, Any], Footprint] = {}
+_INTERNED: dict[tuple[Any, Any], Footprint] = kernel_table()
 _INTERNED_LIMIT = 100_000
 
 

@@ -14,6 +14,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.ir.walker import kind_by_class, post_order_visit
+from tilewave.kernel_memory import kernel_table
 
 __all__ = ["analysable"]
 
@@ -60,7 +61,7 @@ def analysable(expr: Any) -> bool:
     return found
 
 
-_ANALYSABLE: dict[Any, bool] = {}
+_ANALYSABLE: dict[Any, bool] = kernel_table()
 _ANALYSABLE_LIMIT = 16_384
 
 

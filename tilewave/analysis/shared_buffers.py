@@ -13,6 +13,7 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.ir.walker import TIRVisitor, post_order_visit
+from tilewave.kernel_memory import kernel_table
 
 __all__ = [
     "SHARED_SCOPES",
@@ -63,7 +64,7 @@ def is_shared_buffer(var: Any) -> bool:
 
 #: :func:`is_shared_buffer` answers of variables by node handle; each entry keeps its
 #: variable alive, so the handle cannot come to name another node
-_SHARED_VARS: dict[int, tuple[Any, bool]] = {}
+_SHARED_VARS: dict[int, tuple[Any, bool]] = kernel_table()
 _SHARED_VARS_LIMIT = 8192
 
 

@@ -27,6 +27,7 @@ from tvm import ir, tirx
 from tilewave.analysis.access_model import AccessKind, SharedAccess
 from tilewave.analysis.shared_buffers import buffer_scope
 from tilewave.ir.walker import ffi_list, post_order_visit
+from tilewave.kernel_memory import kernel_table
 
 __all__ = ["stores_alike", "writes_same_everywhere"]
 
@@ -63,7 +64,7 @@ def _uniform(expr: Any, thread_vars: Iterable[Any]) -> bool:
 _LOOP_EXITS = frozenset({"tirx.break_loop", "tirx.continue_loop"})
 #: ``For`` statement -> whether a ``break``/``continue`` sits in its body (the statement is
 #: kept as the key, so a freed node's handle cannot be mistaken for it)
-_EXITING: dict[Any, bool] = {}
+_EXITING: dict[Any, bool] = kernel_table()
 
 
 def _exits_early(loop: Any) -> bool:

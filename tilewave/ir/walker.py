@@ -28,6 +28,8 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
+from tilewave.kernel_memory import kernel_table
+
 __all__ = [
     "TIRMutator",
     "TIRVisitor",
@@ -539,10 +541,10 @@ _INDEXED_TYPES = (
     tirx.AllocBuffer, tirx.DeclBuffer, tirx.IfThenElse, tirx.While, tirx.SeqStmt,
 )  # fmt: skip
 #: statements walked once (handle -> node, kept alive so the handle stays theirs)
-_WALKED_ONCE: dict[int, Any] = {}
+_WALKED_ONCE: dict[int, Any] = kernel_table()
 #: statements walked more than once: handle -> (node, its nodes of _INDEXED_TYPES in post
 #: order)
-_INDEXES: dict[int, tuple[Any, list[Any]]] = {}
+_INDEXES: dict[int, tuple[Any, list[Any]]] = kernel_table()
 _REMEMBERED = 16
 
 

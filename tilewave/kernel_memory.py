@@ -1,0 +1,30 @@
+"""Tables that remember facts about a kernel's nodes across pass runs, and forgetting them.
+
+Some analyses keep module-level tables keyed by TIR nodes or expression structure
+(footprints by their index nodes, shared-ness by buffer variable, walk indexes by
+statement): within one process, a second run over the same kernel (the verifier after the
+pass, a benchmark's repeat) finds what the first run learned. That is what they are for,
+but a benchmark timing repeated runs on one module must not count it: :func:`forget_kernels`
+empties every such table, so the next run costs what a first run on a new kernel costs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["forget_kernels", "kernel_table"]
+
+_TABLES: list[dict[Any, Any]] = []
+
+
+def kernel_table() -> dict[Any, Any]:
+    """A new module-level table of per-kernel facts, emptied by :func:`forget_kernels`."""
+    table: dict[Any, Any] = {}
+    _TABLES.append(table)
+    return table
+
+
+def forget_kernels() -> None:
+    """Empty every table made by :func:`kernel_table`."""
+    for table in _TABLES:
+        table.clear()
