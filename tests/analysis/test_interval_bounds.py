@@ -25,7 +25,9 @@ from tvm import tirx
 
 from tilewave.analysis.index_enumeration import ANY, FAR, _evaluate
 from tilewave.analysis.interval_bounds import (
+    _reduced,
     apart_with_loops_fixed,
+    index_bounds,
     interval_of,
     interval_tree,
     variable_ranges,
@@ -86,6 +88,18 @@ def test_bounds_hold_every_value_the_index_takes(index):
         return  # not bounded (a negative operand of a bitwise operation, ...)
     values = _values(index, range(TRIPS))
     assert bounds[0] <= values.min() and values.max() <= bounds[1]
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(max_examples=400, deadline=None)
+@given(index=INDICES)
+def test_whole_range_bounds_are_those_of_the_tree_reduced_with_nothing_kept(index):
+    """``index_bounds`` evaluates the tree directly; reducing it with no variable kept (the
+    path bounds with fixed loops take) must give the same bounds."""
+    access = _access(index, in_loop=True)
+    reduced = _reduced(interval_tree(index), variable_ranges(access, EXTENTS), frozenset())
+    expected = None if reduced is None else interval_of(reduced, {})
+    assert index_bounds(access, EXTENTS) == (expected,)
 
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")

@@ -259,6 +259,10 @@ def _bounds_with(
     shape = _shape(access)
     memo = shape.memo
     found = memo.get((extents_key, fixed))
+    if found is None and not fixed:
+        # nothing kept: reducing would bound every part, which evaluating does directly
+        ranges = variable_ranges(access, thread_extents)
+        found = memo[(extents_key, fixed)] = tuple(interval_of(t, ranges) for t in shape.trees)
     if found is None:
         kept = frozenset(handle for handle, _ in fixed)
         reduced_key = (extents_key, kept)
