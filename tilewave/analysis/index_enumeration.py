@@ -42,6 +42,7 @@ from tilewave.analysis.index_program import (
     bitwise_parts,
     compile_program,
 )
+from tilewave.arrays import distinct
 from tilewave.cached_attribute import cached_attribute
 from tilewave.ir.walker import ffi_list, kind_by_class, node_is
 from tilewave.native.points import PointsCore, core, pack_programs
@@ -445,7 +446,7 @@ class _Side:
         classes = values // divisor if divisor else np.zeros_like(values)
         starts = np.flatnonzero(np.r_[True, classes[1:] != classes[:-1]])
         ends = np.r_[starts[1:], len(values)] - 1
-        return np.unique(np.concatenate([values[starts], values[ends]]))
+        return distinct(np.concatenate([values[starts], values[ends]]))
 
     def valid(self, loop: LoopRange) -> np.ndarray | None:
         """The iterations of ``loop`` in which the access can run, judged by the path

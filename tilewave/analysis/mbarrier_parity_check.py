@@ -66,6 +66,7 @@ from tilewave.analysis.named_barrier_order import (
     thread_tags,
 )
 from tilewave.analysis.shared_access import collect_thread_extents, statement_accesses
+from tilewave.arrays import distinct
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import ffi_list, post_order_visit
 
@@ -286,7 +287,7 @@ class _Walk:
         except _Unknown:
             self.unmodelled.add(buffer)
             return
-        for value in np.unique(element[mask]):
+        for value in distinct(element[mask]):
             key = (buffer, int(value))
             self.apply(stmt, call, name, key, mask & (element == value))
 

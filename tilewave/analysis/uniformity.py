@@ -76,6 +76,7 @@ from tilewave.analysis.shared_buffers import (
 )
 from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
+from tilewave.arrays import distinct
 from tilewave.ir.walker import ffi_list, post_order_visit
 
 __all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions", "unwritten_global_buffers"]
@@ -446,12 +447,12 @@ class UniformityAnalysis:
         values: np.ndarray, coeff: int, base: int, bounds: tuple[int, int], ordered: bool
     ) -> bool:
         """Whether ``U + t`` compares differently for two of these thread values ``t``."""
-        distinct = np.unique(values)
-        if distinct.size == 1:
+        seen = distinct(values)
+        if seen.size == 1:
             return False
         if ordered:  # U + t_lo < 0 <= U + t_hi exactly when -max <= U < -min
-            return _admits(coeff, base, bounds, -int(distinct[-1]), -int(distinct[0]) - 1)
-        return any(_admits(coeff, base, bounds, -int(t), -int(t)) for t in distinct)
+            return _admits(coeff, base, bounds, -int(seen[-1]), -int(seen[0]) - 1)
+        return any(_admits(coeff, base, bounds, -int(t), -int(t)) for t in seen)
 
     def _division_level(self, expr: Any, query: _Query) -> Uniformity | None:
         """``(U + t) // c`` or ``(U + t) % c`` whose thread part stays within one block of
