@@ -18,7 +18,8 @@ their free variables by *identity* (``tvm_ffi.StructuralKey``: ``tx`` of one ker
 key never comes to stand for another node). :class:`FootprintCache` holds results under
 such keys for one analysis run; what depends on the footprint alone (the interval
 screen's index trees, :func:`loops_read`) is kept on the footprint itself
-(``Footprint.memo``).
+(``Footprint.memo``), and so lasts as long as the footprint's entry in the intern tables
+(:func:`tilewave.kernel_memory.forget_kernels` empties them).
 """
 
 from __future__ import annotations
