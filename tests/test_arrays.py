@@ -7,6 +7,7 @@ import sys
 
 import hypothesis.strategies as st
 import numpy as np
+import pytest
 from hypothesis import given
 
 from tilewave.arrays import distinct
@@ -22,7 +23,11 @@ def test_distinct_is_numpy_unique(values):
 def test_distinct_does_not_import_numpy_ma():
     code = (
         "import sys, numpy as np; from tilewave.arrays import distinct; "
-        "distinct(np.array([3, 1, 3])); print('numpy.ma' in sys.modules)"
+        "before = 'numpy.ma' in sys.modules; distinct(np.array([3, 1, 3])); "
+        "print(before, 'numpy.ma' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    before, after = out.stdout.split()
+    if before == "True":
+        pytest.skip("this NumPy imports numpy.ma with numpy itself")
+    assert after == "False"
