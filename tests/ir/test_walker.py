@@ -28,6 +28,7 @@ from tilewave.ir.walker import (
     seq_stmt,
     substitute,
 )
+from tilewave.kernel_memory import forget_kernels
 
 sys.path.insert(0, str(Path(__file__).parent))
 from walker_kernels import every_node_kind
@@ -421,7 +422,7 @@ def test_repeated_walks_of_a_statement_see_what_the_cpp_walk_sees(kernel):
 
         body = getattr(load_example(f"{kernel}.py"), "stripped", None)
         body = (body() if body is not None else load_example(f"{kernel}.py").hand()).body
-    walker.forget_walks()
+    forget_kernels()  # (the walk indexes are kernel tables)
     for round_ in range(3):  # the first walks in C++, the second builds the index
         for types in INDEXABLE_TYPE_SETS:
             expected: list = []
@@ -440,7 +441,7 @@ def test_a_statement_expected_to_be_walked_again_is_indexed_at_once(monkeypatch)
     from tilewave.ir import walker
 
     body = every_node_kind.body
-    walker.forget_walks()
+    forget_kernels()  # (the walk indexes are kernel tables)
     walker.expect_repeated_walks(body)
     assert hash(body) in walker._INDEXES
     expected = {types: [] for types in INDEXABLE_TYPE_SETS}

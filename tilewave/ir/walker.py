@@ -35,7 +35,6 @@ __all__ = [
     "TIRVisitor",
     "expect_repeated_walks",
     "ffi_list",
-    "forget_walks",
     "kind_by_class",
     "node_fields",
     "node_is",
@@ -581,14 +580,6 @@ def expect_repeated_walks(node: Any) -> None:
     if key not in _INDEXES:
         _WALKED_ONCE.pop(key, None)
         _index(node, key)
-
-
-def forget_walks() -> None:
-    """Drop the statements remembered for :func:`post_order_visit`'s shared index (a
-    benchmark timing one pass run per kernel calls this between repeated runs on one
-    module, so each run walks its kernel as a first run would)."""
-    _WALKED_ONCE.clear()
-    _INDEXES.clear()
 
 
 def _remember(memo: dict[int, Any], key: int, value: Any) -> None:
