@@ -549,6 +549,8 @@ def _returned(collector: _AccessCollector) -> list[SharedAccess]:
     collector.reset(None, _NO_SCOPE, None)
     _SPARE_COLLECTORS.append(collector)
     return found
+
+
 _NO_SCOPE = AccessScope()
 
 
