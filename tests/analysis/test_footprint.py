@@ -176,3 +176,47 @@ def test_distances_of_a_loop_neither_access_reads_make_one_proof(monkeypatch) ->
     next_one = may_conflict(shifted, shifted, extents, {loop: frozenset({1})})
     assert (same, next_one) == (False, True)
     assert asked == [{loop: frozenset({0})}, {loop: frozenset({1})}]
+
+
+@T.prim_func
+def invariant_in_loops(A: T.Buffer((128,), "float32"), n: T.int32):
+    for tx in T.thread_binding(128, thread="threadIdx.x"):
+        S = T.alloc_buffer((128,), "float32", scope="shared")
+        S[tx] = A[tx]
+        for k in range(4):
+            S[tx] = A[tx]
+            S[(tx + k) % 128] = A[tx]
+        for j in range(0):
+            S[tx] = A[tx]
+        for m in range(n):
+            S[tx] = A[tx]
+
+
+def test_a_loop_the_access_does_not_read_is_left_out_unless_it_may_be_empty() -> None:
+    """A loop-invariant access inside a non-empty constant loop shares the footprint of the
+    same access outside it; inside a loop that may run no iteration it does not (a proof
+    about an empty loop's body holds vacuously), nor where it reads the loop."""
+    tx = invariant_in_loops.body.loop_var if isinstance(invariant_in_loops.body, tirx.For) else None
+    found: dict[str, Any] = {}
+
+    def visit(stmt: Any, scope: AccessScope) -> None:
+        if isinstance(stmt, tirx.SeqStmt):
+            for child in stmt.seq:
+                visit(child, scope)
+        elif isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.SERIAL:
+            visit(stmt.body, scope.within_loop(LoopRange.of(stmt, scope, [tx])))
+        elif isinstance(stmt, tirx.BufferStore):
+            name = "+".join(lp.var.name for lp in scope.loops) or "none"
+            name += "/shifted" if not isinstance(stmt.indices[0], tirx.Var) else ""
+            found[name] = statement_accesses(stmt, scope)[-1]
+        elif hasattr(stmt, "body"):
+            visit(stmt.body, scope)
+
+    visit(invariant_in_loops.body, AccessScope())
+    outside = found["none"].footprint
+    assert found["k"].footprint is outside
+    assert found["k/shifted"].footprint is not outside
+    assert loops_read(found["k/shifted"]) != frozenset()
+    assert loops_read(found["k"]) == frozenset()
+    assert found["j"].footprint is not outside  # no iteration: kept
+    assert found["m"].footprint is not outside  # unknown trip count: kept

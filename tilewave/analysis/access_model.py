@@ -152,7 +152,19 @@ class AccessScope:
 
     @cached_attribute
     def _hash(self) -> int:
-        return hash(self._identity)
+        loops, conditions, _, in_while = self._identity
+        # the bindings by their running hash: hashing their whole tuple again for every
+        # new scope was quadratic in a kernel's bindings
+        return hash((loops, conditions, self._bindings_hash, in_while))
+
+    @cached_attribute
+    def _bindings_hash(self) -> int:
+        """A hash of the binding keys, folded one binding at a time (:meth:`binding` adds
+        one to its scope's; equal bindings fold to equal values however built)."""
+        folded = 0
+        for key in self._binding_keys():
+            folded = _fold(folded, key)
+        return folded
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -194,6 +206,7 @@ class AccessScope:
         # one more binding: the facts about bindings grow from this scope's (recomputing
         # them per scope was quadratic in a kernel's hundreds of bindings)
         scope.__dict__["bound_handles"] = self.bound_handles | {hash(var)}
+        scope.__dict__["_bindings_hash"] = _fold(self._bindings_hash, keys[-1])
         scope.__dict__["binds_pointers"] = self.binds_pointers or isinstance(
             var.ty, ir.PointerType
         )
@@ -212,7 +225,7 @@ class AccessScope:
 
     def _same_bindings(self, scope: AccessScope) -> AccessScope:
         """``scope`` (with this scope's bindings) knowing what this one knows of them."""
-        for name in ("bound_handles", "binds_pointers"):
+        for name in ("bound_handles", "binds_pointers", "_bindings_hash"):
             if name in self.__dict__:
                 scope.__dict__[name] = self.__dict__[name]
         return scope
@@ -229,6 +242,11 @@ class AccessScope:
         if type(expr) is ir.expr.Var and hash(expr) not in self.bound_handles:
             return expr  # (a free variable: the thread index, a loop variable)
         return substitute(expr, self.resolved_values)
+
+
+def _fold(folded: int, key: tuple[int, int]) -> int:
+    """:attr:`AccessScope._bindings_hash` with one more binding key."""
+    return hash((folded, key))
 
 
 #: :attr:`SharedAccess.memory_key` of an access whose storage is unknown (any shared memory)

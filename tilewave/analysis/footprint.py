@@ -7,11 +7,14 @@ thread-ownership facts, :mod:`tilewave.analysis.index_enumeration`,
 * its resolved indices and path conditions (expressions),
 * the shape of its buffer (enumeration flattens the indices with it),
 * its loops: variable, constant bounds, step, alignment, bound expressions, ``For``
-  statement,
+  statement, for the loops whose variable it reads (a loop it does not read, with a
+  constant non-empty range, changes nothing they compare: the questions about such a
+  loop's iteration distances are dropped before they reach a proof),
 
 and the kernel's thread extents (the same in one analysis run). Two accesses that agree on
 all of these get the same answers, whichever statements make them: a generated kernel
-writes ``S[tx]`` hundreds of times, an unrolled one reads one tile element in many places.
+writes ``S[tx]`` hundreds of times, an unrolled one reads one tile element in many places,
+and a loop-invariant access inside a loop is the same access outside it.
 :func:`footprint_of` makes that a hashable key; expressions compare structurally with
 their free variables by *identity* (``tvm_ffi.StructuralKey``: ``tx`` of one kernel is not
 ``tx`` of another), loops by node handle, which the footprint keeps alive (a handle in a
@@ -49,7 +52,8 @@ class Footprint:
     Attributes:
         exprs: indices, path conditions, buffer shape and loop bound expressions, compared
             structurally (free variables by identity).
-        loops: per loop ``(var handle, min, extent, step, aligned, For handle or None)``.
+        loops: per loop kept (see :func:`footprint_of`) ``(var handle, min, extent,
+            step, aligned, For handle or None)``.
         refs: the loop variables and ``For`` statements named by handle (kept alive).
     """
 
@@ -68,17 +72,7 @@ def footprint_of(access: Any) -> Footprint | None:
         return None
     loops = access.loops
     conditions = access.path_conditions
-    keys = tuple(
-        (
-            hash(lp.var),
-            lp.min,
-            lp.extent,
-            lp.step,
-            lp.aligned,
-            None if lp.loop is None else hash(lp.loop),
-        )
-        for lp in loops
-    )
+    keys = tuple(map(_loop_key, loops))
     # The same expression nodes make the same footprint: looked up by node handles before
     # hashing the expressions structurally (``S[tx]`` of many statements is one ``tx``).
     handles = (
@@ -91,18 +85,58 @@ def footprint_of(access: Any) -> Footprint | None:
     known = _BY_HANDLES.get(handles)
     if known is not None:
         return known[0]
-    bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in loops]
+    kept, read = _loops_that_matter(indices, conditions, loops)
+    bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in kept]
     exprs = tvm_ffi.StructuralKey(
         [list(indices), list(conditions), ffi_list(access.buffer.ty.shape), bounds]
     )
-    refs = tuple(lp.var for lp in loops) + tuple(lp.loop for lp in loops if lp.loop is not None)
-    found = _interned(exprs, keys, refs)
+    refs = tuple(lp.var for lp in kept) + tuple(lp.loop for lp in kept if lp.loop is not None)
+    found = _interned(exprs, tuple(map(_loop_key, kept)), refs)
+    if "loops_read" not in found.memo:  # (what loops_read would read again)
+        found.memo["loops_read"] = frozenset(
+            hash(lp.loop) for lp in kept if lp.loop is not None and hash(lp.var) in read
+        )
     if len(_BY_HANDLES) >= _INTERNED_LIMIT:
         _BY_HANDLES.clear()
     # (the nodes named by handle are kept alive with the entry: a handle never comes to
     # stand for another node while its entry exists)
-    _BY_HANDLES[handles] = (found, (indices, conditions, access.buffer, bounds))
+    _BY_HANDLES[handles] = (found, (indices, conditions, access.buffer, bounds, loops))
     return found
+
+
+def _loop_key(lp: Any) -> tuple[Any, ...]:
+    return (
+        hash(lp.var),
+        lp.min,
+        lp.extent,
+        lp.step,
+        lp.aligned,
+        None if lp.loop is None else hash(lp.loop),
+    )
+
+
+def _loops_that_matter(
+    indices: Any, conditions: Any, loops: Any
+) -> tuple[tuple[Any, ...], frozenset[int]]:
+    """The loops a footprint keeps: those whose variable an index, a path condition or a
+    loop bound reads, and those whose range is not a known non-empty constant one. A loop
+    left out runs its body at least once and changes no value the proofs compare, so a
+    loop-invariant access shares its footprint with the same access in another loop or
+    in none (a proof of an empty loop's body may hold vacuously: such a loop is kept).
+    Also returns the handles of the variables read."""
+    if not loops:
+        return (), frozenset()
+    exprs = [*indices, *conditions]
+    exprs += [bound for lp in loops if lp.bounds is not None for bound in lp.bounds]
+    read = frozenset(
+        hash(var) for expr in exprs for var in tirx.analysis.undefined_vars(expr, [])
+    )
+    kept = tuple(
+        lp
+        for lp in loops
+        if hash(lp.var) in read or lp.min is None or lp.extent is None or lp.extent <= 0
+    )
+    return kept, read
 
 
 def loops_read(access: Any) -> frozenset[int]:
