@@ -129,7 +129,10 @@ def _loops_that_matter(
     exprs = [*indices, *conditions]
     exprs += [bound for lp in loops if lp.bounds is not None for bound in lp.bounds]
     read = frozenset(
-        hash(var) for expr in exprs for var in tirx.analysis.undefined_vars(expr, [])
+        hash(var)
+        for expr in exprs
+        if type(expr) is not tirx.IntImm  # (constant bounds, mostly: nothing to read)
+        for var in tirx.analysis.undefined_vars(expr, [])
     )
     kept = tuple(
         lp
