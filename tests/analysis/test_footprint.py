@@ -186,9 +186,9 @@ def invariant_in_loops(A: T.Buffer((128,), "float32"), n: T.int32):
         for k in range(4):
             S[tx] = A[tx]
             S[(tx + k) % 128] = A[tx]
-        for j in range(0):
+        for _j in range(0):
             S[tx] = A[tx]
-        for m in range(n):
+        for _m in range(n):
             S[tx] = A[tx]
 
 
@@ -218,5 +218,5 @@ def test_a_loop_the_access_does_not_read_is_left_out_unless_it_may_be_empty() ->
     assert found["k/shifted"].footprint is not outside
     assert loops_read(found["k/shifted"]) != frozenset()
     assert loops_read(found["k"]) == frozenset()
-    assert found["j"].footprint is not outside  # no iteration: kept
-    assert found["m"].footprint is not outside  # unknown trip count: kept
+    assert found["_j"].footprint is not outside  # no iteration: kept
+    assert found["_m"].footprint is not outside  # unknown trip count: kept
