@@ -19,9 +19,9 @@ and a loop-invariant access inside a loop is the same access outside it.
 their free variables by *identity* (``tvm_ffi.StructuralKey``: ``tx`` of one kernel is not
 ``tx`` of another), loops by node handle, which the footprint keeps alive (a handle in a
 key never comes to stand for another node). :class:`FootprintCache` holds results under
-such keys for one analysis run; what depends on the footprint alone (the interval
-screen's index trees, :func:`loops_read`) is kept on the footprint itself
-(``Footprint.memo``), and so lasts as long as the footprint's entry in the intern tables
+such keys for one analysis run; what depends on the footprint alone (the loops it
+reads, :func:`loops_read`; the interval screen's index trees, in ``Footprint.memo``) is
+kept on the footprint itself, and so lasts as long as the footprint's entry in the intern tables
 (:func:`tilewave.kernel_memory.forget_kernels` empties them).
 """
 
@@ -55,11 +55,14 @@ class Footprint:
         loops: per loop kept (see :func:`footprint_of`) ``(var handle, min, extent,
             step, aligned, For handle or None)``.
         refs: the loop variables and ``For`` statements named by handle (kept alive).
+        loops_read: handles of the ``For`` statements among ``loops`` whose variable the
+            footprint reads (see :func:`loops_read`).
     """
 
     exprs: Any
     loops: tuple[tuple[Any, ...], ...]
     refs: tuple[Any, ...] = field(repr=False)
+    loops_read: frozenset[int] = field(default=frozenset(), repr=False)
     #: what analyses derived from the footprint alone, by name (lives as long as it)
     memo: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -91,11 +94,10 @@ def footprint_of(access: Any) -> Footprint | None:
         [list(indices), list(conditions), ffi_list(access.buffer.ty.shape), bounds]
     )
     refs = tuple(lp.var for lp in kept) + tuple(lp.loop for lp in kept if lp.loop is not None)
-    found = _interned(exprs, tuple(map(_loop_key, kept)), refs)
-    if "loops_read" not in found.memo:  # (what loops_read would read again)
-        found.memo["loops_read"] = frozenset(
-            hash(lp.loop) for lp in kept if lp.loop is not None and hash(lp.var) in read
-        )
+    reads = frozenset(
+        hash(lp.loop) for lp in kept if lp.loop is not None and hash(lp.var) in read
+    )
+    found = _interned(exprs, tuple(map(_loop_key, kept)), refs, reads)
     if len(_BY_HANDLES) >= _INTERNED_LIMIT:
         _BY_HANDLES.clear()
     # (the nodes named by handle are kept alive with the entry: a handle never comes to
@@ -146,25 +148,10 @@ def loops_read(access: Any) -> frozenset[int]:
     """Handles of the ``For`` statements around ``access`` whose variable its footprint
     reads: in an index, a path condition or a loop bound (the proofs see nothing else of
     a loop, so its iteration distances cannot change their answer about this access).
-    Kept on the footprint (empty without one: an access through a pointer has no indices
-    to read a loop with)."""
+    Found when the footprint is made (empty without one: an access through a pointer has
+    no indices to read a loop with)."""
     footprint = access.footprint
-    if footprint is None:
-        return frozenset()
-    found = footprint.memo.get("loops_read")
-    if found is None and not any(loop_handle is not None for *_, loop_handle in footprint.loops):
-        found = footprint.memo["loops_read"] = frozenset()  # no loop to read
-    if found is None:
-        exprs = [*access.resolved_indices, *access.path_conditions]
-        exprs += [bound for lp in access.loops if lp.bounds is not None for bound in lp.bounds]
-        read = {hash(var) for expr in exprs for var in tirx.analysis.undefined_vars(expr, [])}
-        found = frozenset(
-            loop_handle
-            for var_handle, *_, loop_handle in footprint.loops
-            if loop_handle is not None and var_handle in read
-        )
-        footprint.memo["loops_read"] = found
-    return found  # type: ignore[no-any-return]
+    return frozenset() if footprint is None else footprint.loops_read
 
 
 #: a node's handle (``hash`` of a constant is its value: ``3`` of int32 and of int64 agree)
@@ -180,13 +167,16 @@ _INTERNED: dict[tuple[Any, Any], Footprint] = kernel_table()
 _INTERNED_LIMIT = 100_000
 
 
-def _interned(exprs: Any, loops: tuple[tuple[Any, ...], ...], refs: tuple[Any, ...]) -> Footprint:
+def _interned(
+    exprs: Any, loops: tuple[tuple[Any, ...], ...], refs: tuple[Any, ...], reads: frozenset[int]
+) -> Footprint:
+    """The footprint of this value (``reads``, its loops read, follows from the value)."""
     key = (exprs, loops)
     found = _INTERNED.get(key)
     if found is None:
         if len(_INTERNED) >= _INTERNED_LIMIT:
             _INTERNED.clear()
-        found = _INTERNED[key] = Footprint(exprs, loops, refs)
+        found = _INTERNED[key] = Footprint(exprs, loops, refs, reads)
     return found
 
 
