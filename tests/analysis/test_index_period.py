@@ -13,7 +13,15 @@ from enumeration_space import BUFFER, EXTENTS, TX, TY, K, arithmetic_indices
 from hypothesis import given, settings
 from tvm import tirx
 
-from tilewave.analysis.index_enumeration import _evaluate, _mentions, _operands, _side, index_period
+from tilewave.analysis.index_enumeration import (
+    _evaluate,
+    _mentions,
+    _operands,
+    _period_and_mention,
+    _side,
+    index_period,
+)
+from tilewave.analysis.interval_bounds import interval_tree
 from tilewave.analysis.shared_access import (
     AccessKind,
     AccessScope,
@@ -21,6 +29,7 @@ from tilewave.analysis.shared_access import (
     SharedAccess,
     may_conflict,
 )
+from tilewave.analysis.tree_period import tree_period
 
 LEAVES = st.sampled_from([TX, TY, K]) | st.integers(-3, 9).map(lambda v: tirx.IntImm("int32", v))
 MODULI = st.integers(1, 12).map(lambda v: tirx.IntImm("int32", v))
@@ -61,6 +70,32 @@ def test_a_period_repeats_the_index_and_an_unmentioned_variable_has_period_one(i
     assert np.array_equal(np.broadcast_to(now_values, shape), np.broadcast_to(later_values, shape))
 
 
+def _with_masks_and_scales(children: Any) -> Any:
+    constants = st.integers(-3, 9).map(lambda v: tirx.IntImm("int32", v))
+    return (
+        _extend(children)
+        | st.builds(tirx.bitwise_and, children, constants)  # masks and non-masks
+        | st.builds(tirx.Mul, children, constants)
+        | st.builds(tirx.Mul, constants, children)
+    )
+
+
+#: :data:`INDICES` with any constant as a mask and constant factors on either side
+SCALED_INDICES = st.recursive(LEAVES, _with_masks_and_scales, max_leaves=8)
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(max_examples=500, deadline=None)
+@given(index=SCALED_INDICES, var=st.sampled_from([TX, K]))
+def test_the_period_read_from_a_complete_interval_tree_is_the_one_read_from_the_tir(index, var):
+    """The loop-fixed screen reads periods from its interval trees: where a tree is
+    complete it must give exactly ``index_period``'s answer (and whether the index
+    mentions the variable); where it is not, it defers (``None``)."""
+    found = tree_period(interval_tree(index), hash(var))
+    if found is not None:
+        assert found == _period_and_mention(index, var)
+
+
 @pytest.mark.parametrize(
     ("index", "expected"),
     [
@@ -74,6 +109,9 @@ def test_a_period_repeats_the_index_and_an_unmentioned_variable_has_period_one(i
 )
 def test_periods_of_multibuffered_and_swizzled_indices(index, expected):
     assert index_period(index, K) == expected
+    # (these indices' interval trees are complete: the screen reads the same period)
+    found = tree_period(interval_tree(index), hash(K))
+    assert found is not None and found[0] == expected
 
 
 def test_two_loops_without_a_for_statement_keep_their_own_ranges():

@@ -7,10 +7,11 @@ that address is ``T.address_of(S[i...])`` (possibly wrapped in
 ``T.cuda.cvta_generic_to_shared``) or ``T.tvm_access_ptr(T.type_annotation(dtype),
 S.data, offset, extent, rw)`` with ``dtype`` the element type of ``S``, and the byte
 count is a constant, the written region is the ``ceil(size / element_bytes)`` elements
-from that start in row-major order. It is returned as indices over a fresh variable
-``cp_elem`` in ``[0, n)``; :mod:`tilewave.analysis.shared_access` adds it to the access
-as a ``LoopRange`` with no ``For`` (an independent "loop" over the copied elements), so the
-region proofs treat it like any other bounded index variable.
+from that start in row-major order. It is returned as indices over a variable ``cp_elem``
+in ``[0, n)`` made for that call (one per call and buffer, however often it is asked);
+:mod:`tilewave.analysis.shared_access` adds it to the access as a ``LoopRange`` with no
+``For`` (an independent "loop" over the copied elements), so the region proofs treat it
+like any other bounded index variable.
 
 An AMD LDS DMA (``llvm.amdgcn.global.load.lds(src, dst, size, offset, aux)`` through
 ``T.call_llvm_intrin``) writes ``size`` bytes per lane, lane ``l`` at the wave's LDS address
@@ -32,6 +33,7 @@ from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import ffi_list
+from tilewave.kernel_memory import kernel_table
 
 __all__ = ["COPY_OPERANDS", "LDS_DMA_LANES", "MATRIX_ROW_OPS", "copy_region"]
 
@@ -161,9 +163,25 @@ def copy_region(call: ir.expr.Call, buffer: Any) -> tuple[tuple[Any, ...], Any, 
     """The elements of ``buffer`` that the async copy ``call`` writes (or that one lane's
     row of an ``ldmatrix``/``stmatrix`` reads or writes).
 
-    Returns ``(indices, var, count)``: the indices over the fresh ``var``, which ranges over
-    ``[0, count)``; ``None`` when the region is not known (treat as the whole buffer).
+    Returns ``(indices, var, count)``: the indices over ``var`` (made for this call), which
+    ranges over ``[0, count)``; ``None`` when the region is not known (treat as the whole
+    buffer). Remembered per call and buffer node (the commit and barrier passes both ask).
     """
+    key = (hash(call), hash(buffer))
+    found = _REGIONS.get(key)
+    if found is None:
+        if len(_REGIONS) >= _REGIONS_LIMIT:
+            _REGIONS.clear()
+        found = _REGIONS[key] = (_region_of(call, buffer), call, buffer)  # (nodes kept alive)
+    return found[0]
+
+
+#: copy_region's answers by (call handle, buffer handle), with the nodes
+_REGIONS: dict[tuple[int, int], tuple[Any, Any, Any]] = kernel_table()
+_REGIONS_LIMIT = 100_000
+
+
+def _region_of(call: ir.expr.Call, buffer: Any) -> tuple[tuple[Any, ...], Any, int] | None:
     operands = _operands_of(call)
     if operands is None:
         return None

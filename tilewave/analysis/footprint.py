@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import tvm_ffi
-from tvm import tirx
+from tvm import ir, tirx
 
 from tilewave.ir.walker import ffi_list
 from tilewave.kernel_memory import kernel_table
@@ -90,19 +90,28 @@ def footprint_of(access: Any) -> Footprint | None:
         return known[0]
     kept, read = _loops_that_matter(indices, conditions, loops)
     bounds = [list(lp.bounds) if lp.bounds is not None else [] for lp in kept]
-    exprs = tvm_ffi.StructuralKey(
-        [list(indices), list(conditions), ffi_list(access.buffer.ty.shape), bounds]
-    )
-    refs = tuple(lp.var for lp in kept) + tuple(lp.loop for lp in kept if lp.loop is not None)
-    reads = frozenset(
-        hash(lp.loop) for lp in kept if lp.loop is not None and hash(lp.var) in read
-    )
-    found = _interned(exprs, tuple(map(_loop_key, kept)), refs, reads)
+    kept_keys = tuple(map(_loop_key, kept))
+    # The same nodes in loops the access does not read (``S[tx]`` in many small loops):
+    # the same footprint, found without hashing the expressions structurally.
+    kept_handles = (*handles[:3], tuple(tuple(map(_handle, b)) for b in bounds), kept_keys)
+    known = _BY_HANDLES.get(kept_handles)
+    if known is not None:
+        found = known[0]
+    else:
+        exprs = tvm_ffi.StructuralKey(
+            [list(indices), list(conditions), ffi_list(access.buffer.ty.shape), bounds]
+        )
+        refs = tuple(lp.var for lp in kept) + tuple(lp.loop for lp in kept if lp.loop is not None)
+        reads = frozenset(
+            hash(lp.loop) for lp in kept if lp.loop is not None and hash(lp.var) in read
+        )
+        found = _interned(exprs, kept_keys, refs, reads)
     if len(_BY_HANDLES) >= _INTERNED_LIMIT:
         _BY_HANDLES.clear()
     # (the nodes named by handle are kept alive with the entry: a handle never comes to
     # stand for another node while its entry exists)
-    _BY_HANDLES[handles] = (found, (indices, conditions, access.buffer, bounds, loops))
+    alive = (indices, conditions, access.buffer, bounds, loops)
+    _BY_HANDLES[handles] = _BY_HANDLES[kept_handles] = (found, alive)
     return found
 
 
@@ -130,18 +139,24 @@ def _loops_that_matter(
         return (), frozenset()
     exprs = [*indices, *conditions]
     exprs += [bound for lp in loops if lp.bounds is not None for bound in lp.bounds]
-    read = frozenset(
-        hash(var)
-        for expr in exprs
-        if type(expr) is not tirx.IntImm  # (constant bounds, mostly: nothing to read)
-        for var in tirx.analysis.undefined_vars(expr, [])
-    )
+    read = frozenset(handle for expr in exprs for handle in _variables_read(expr))
     kept = tuple(
         lp
         for lp in loops
         if hash(lp.var) in read or lp.min is None or lp.extent is None or lp.extent <= 0
     )
     return kept, read
+
+
+def _variables_read(expr: Any) -> tuple[int, ...] | frozenset[int]:
+    """Handles of the free variables of ``expr`` (a variable and a constant, the commonest
+    indices and bounds, without asking TVM)."""
+    kind = type(expr)
+    if kind is tirx.IntImm:
+        return ()
+    if kind is ir.expr.Var:
+        return (hash(expr),)
+    return frozenset(map(hash, ffi_list(tirx.analysis.undefined_vars(expr, []))))
 
 
 def loops_read(access: Any) -> frozenset[int]:

@@ -26,6 +26,7 @@ from tvm import ir, tirx
 
 from tilewave.analysis.index_enumeration import ANY, FAR, index_period
 from tilewave.analysis.index_program import BINARY_OPERATIONS, bitwise_parts
+from tilewave.analysis.tree_period import tree_period
 
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
@@ -289,13 +290,16 @@ def _extents_key(thread_extents: Mapping[Any, int]) -> tuple[tuple[int, int], ..
 
 
 def _access_period(access: SharedAccess, var: Any) -> int | None:
-    """A period in ``var`` of every index of ``access`` (None: not periodic)."""
-    periods = _shape(access).periods
+    """A period in ``var`` of every index of ``access`` (None: not periodic); read from
+    the index trees where they are complete (:func:`tree_period`), else from the TIR."""
+    shape = _shape(access)
+    periods = shape.periods
     key = hash(var)
     if key not in periods:
         period: int | None = 1
-        for index in access.resolved_indices or ():
-            part = index_period(index, var)
+        for index, tree in zip(access.resolved_indices or (), shape.trees, strict=True):
+            found = tree_period(tree, key)
+            part = index_period(index, var) if found is None else found[0]
             if part is None:
                 period = None
                 break
@@ -425,18 +429,24 @@ def apart_with_loops_fixed(
     if not all(per_loop):
         return True  # a loop leaves no iteration pair: the accesses never meet
     extents_key = _extents_key(thread_extents)
+    # (the loop below runs for every combination of every question: `_bounds_with`'s
+    # remembered bounds are looked up here directly, and the dimensions compared inline)
+    memo_a, memo_b = _shape(a).memo, _shape(b).memo
     for combo in itertools.product(*per_loop):
         if len(combo) == 1:  # one loop fixed (the usual case): its fixes are one item each
             fixed_a, fixed_b = combo[0]
         else:
             fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
             fixed_b = tuple(sorted(item for _, fix_b in combo for item in fix_b))
-        bounds_a = _bounds_with(a, extents_key, thread_extents, fixed_a)
-        bounds_b = _bounds_with(b, extents_key, thread_extents, fixed_b)
-        if not any(_apart(x, y) for x, y in zip(bounds_a, bounds_b, strict=True)):
+        bounds_a = memo_a.get((extents_key, fixed_a))
+        if bounds_a is None:
+            bounds_a = _bounds_with(a, extents_key, thread_extents, fixed_a)
+        bounds_b = memo_b.get((extents_key, fixed_b))
+        if bounds_b is None:
+            bounds_b = _bounds_with(b, extents_key, thread_extents, fixed_b)
+        for x, y in zip(bounds_a, bounds_b, strict=True):
+            if x is not None and y is not None and (x[1] < y[0] or y[1] < x[0]):
+                break  # this dimension keeps them apart
+        else:
             return False
     return True
-
-
-def _apart(x: Bounds | None, y: Bounds | None) -> bool:
-    return x is not None and y is not None and (x[1] < y[0] or y[1] < x[0])

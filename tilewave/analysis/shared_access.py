@@ -75,6 +75,7 @@ from tilewave.analysis.uniform_writes import stores_alike, writes_same_everywher
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
 from tilewave.ir.walker import TIRVisitor, ffi_list, node_is, post_order_visit, substitute
+from tilewave.kernel_memory import kernel_table
 
 __all__ = [
     "ANY",
@@ -184,6 +185,23 @@ def sync_action(stmt: Any) -> SyncAction | None:
     """
     if type(stmt) is not tirx.Evaluate:  # (exact: no subclasses, and no ABC check)
         return None
+    # (remembered per statement: the commit, wait and role analyses and the placer each
+    # ask about every Evaluate of a kernel; the op table's changes forget kernels)
+    key = hash(stmt)
+    found = _ACTIONS.get(key)
+    if found is None:
+        if len(_ACTIONS) >= _ACTIONS_LIMIT:
+            _ACTIONS.clear()
+        found = _ACTIONS[key] = (_sync_action_of(stmt), stmt)  # (the node kept alive)
+    return found[0]
+
+
+#: sync_action's answers by statement handle, with the statement
+_ACTIONS: dict[int, tuple[SyncAction | None, Any]] = kernel_table()
+_ACTIONS_LIMIT = 100_000
+
+
+def _sync_action_of(stmt: Any) -> SyncAction | None:
     call = stmt.value
     if type(call) is not ir.expr.Call:
         return None

@@ -40,7 +40,16 @@ class _Store:
     exprs: tuple[Any, ...]  # value, indices and the enclosing control conditions, resolved
 
 
-def _collect(stmt: Any, scope: AccessScope, guards: tuple[Any, ...], out: list[_Store]) -> None:
+#: a control condition around a store: ``[if/while condition or For, the scope that
+#: resolves it, the resolved condition once a store to a local buffer under it needed it]``
+#: (most stores of a kernel are to shared or global memory: their conditions are never
+#: resolved)
+_Guard = list[Any]
+
+
+def _collect(stmt: Any, scope: AccessScope, guards: tuple[_Guard, ...], out: list[_Store]) -> None:
+    """The stores to ``local`` buffers under ``stmt`` (the only candidates), each with its
+    value, indices and enclosing conditions resolved through the ``Bind`` values."""
     if isinstance(stmt, tirx.SeqStmt):
         for item in ffi_list(stmt.seq):
             _collect(item, scope, guards, out)
@@ -48,35 +57,49 @@ def _collect(stmt: Any, scope: AccessScope, guards: tuple[Any, ...], out: list[_
                 scope = scope.binding(item.var, item.value)
         return
     if isinstance(stmt, tirx.IfThenElse):
-        inner = (*guards, scope.resolve(stmt.condition))
+        inner = (*guards, [stmt.condition, scope, None])
         _collect(stmt.then_case, scope, inner, out)
         if stmt.else_case is not None:
             _collect(stmt.else_case, scope, inner, out)
         return
     if isinstance(stmt, tirx.While):
-        _collect(stmt.body, scope, (*guards, scope.resolve(stmt.condition)), out)
+        _collect(stmt.body, scope, (*guards, [stmt.condition, scope, None]), out)
         return
     if isinstance(stmt, tirx.For):
-        bound = scope.resolve(tirx.Add(stmt.min, stmt.extent))
-        inner = guards if stmt.kind == tirx.ForKind.THREAD_BINDING else (*guards, bound)
-        _collect(stmt.body, scope, inner, out)
+        if stmt.kind == tirx.ForKind.THREAD_BINDING:
+            _collect(stmt.body, scope, guards, out)
+        else:
+            _collect(stmt.body, scope, (*guards, [stmt, scope, None]), out)
         return
     if isinstance(stmt, tirx.BufferStore):
-        exprs = (scope.resolve(stmt.value), *(scope.resolve(i) for i in stmt.indices), *guards)
-        out.append(_Store(stmt.buffer, exprs))
+        if buffer_scope(stmt.buffer) == "local":
+            exprs = (scope.resolve(stmt.value), *(scope.resolve(i) for i in stmt.indices))
+            out.append(_Store(stmt.buffer, exprs + tuple(map(_resolved_guard, guards))))
         return
     if is_leaf_statement(stmt):
         return
     _collect(stmt.body, scope, guards, out)
 
 
-def _locals_reached_by_calls(body: Any) -> list[Any]:
-    """Local buffers named inside an ``Evaluate``'s call or through ``buffer.data``."""
-    found: list[Any] = []
+def _resolved_guard(guard: _Guard) -> Any:
+    """The condition of ``guard`` resolved (a loop's: its end bound, ``min + extent``),
+    remembered in the guard."""
+    node, scope, resolved = guard
+    if resolved is None:
+        if isinstance(node, tirx.For):
+            node = tirx.Add(node.min, node.extent)
+        resolved = guard[2] = scope.resolve(node)
+    return resolved
+
+
+def _locals_reached_by_calls(body: Any) -> set[int]:
+    """Handles of the local buffers named inside an ``Evaluate``'s call or through
+    ``buffer.data``."""
+    found: set[int] = set()
 
     def add_buffers(node: Any) -> None:
         if isinstance(node, ir.expr.Var) and is_buffer(node) and buffer_scope(node) == "local":
-            found.append(node)
+            found.add(hash(node))
 
     def check(node: Any) -> None:
         if isinstance(node, tirx.Evaluate):
@@ -107,16 +130,14 @@ def uniform_local_buffers(
     """
     stores: list[_Store] = []
     _collect(func.body, AccessScope(), (), stores)
+    if not stores:
+        return frozenset()
     thread_vars = list(collect_thread_extents(func))
     if dependent is None:
         def dependent(expr: Any, uniform: frozenset[Any]) -> bool:
             return is_thread_dependent(expr, thread_vars, uniform)
-    reached = {hash(r) for r in _locals_reached_by_calls(func.body)}
-    candidates = {
-        hash(s.buffer): s.buffer
-        for s in stores
-        if buffer_scope(s.buffer) == "local" and hash(s.buffer) not in reached
-    }
+    reached = _locals_reached_by_calls(func.body)
+    candidates = {hash(s.buffer): s.buffer for s in stores if hash(s.buffer) not in reached}
     # `dependent` only grows as locals leave the uniform set, and a local's leaving matters
     # only to the stores that load it: judge each store once with every candidate uniform,
     # then propagate along the loads (the fixed point of re-judging every store per round)

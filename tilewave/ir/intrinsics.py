@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from tvm import ir
 
 from tilewave.errors import IntrinsicRegistrationError, UnclassifiedOpError, where
+from tilewave.kernel_memory import forget_kernels
 
 __all__ = [
     "OpEffect",
@@ -205,11 +206,13 @@ def register_intrinsic(
             "pass override=True to replace it"
         )
     _USER[name] = effect
+    forget_kernels()  # (what the analyses learnt of kernels' statements used the old table)
 
 
 def unregister_intrinsic(name: str) -> None:
     """Remove a user registration made with :func:`register_intrinsic` (no-op if absent)."""
-    _USER.pop(name, None)
+    if _USER.pop(name, None) is not None:
+        forget_kernels()
 
 
 def _lookup(name: str) -> IntrinsicEntry | None:
