@@ -81,7 +81,7 @@ from tilewave.analysis.uniformity import thread_conditions
 from tilewave.analysis.uniformity_proof import UniformityProof
 from tilewave.analysis.warp_roles import role_of
 from tilewave.cyclic_gc import without_cyclic_gc
-from tilewave.ir.walker import expect_repeated_walks, ffi_list
+from tilewave.ir.walker import expect_repeated_walks, statements_of
 from tilewave.targets import get_target
 
 __all__ = ["HazardKind", "SharedHazard", "find_divergent_barriers", "find_shared_hazards"]
@@ -151,7 +151,7 @@ class _Graph:
     def build(self, stmt: Any, entry: int, scope: AccessScope, divergent: bool) -> int:
         """Add ``stmt`` after node ``entry``; return its exit node."""
         if isinstance(stmt, tirx.SeqStmt):
-            for item in ffi_list(stmt.seq):
+            for item in statements_of(stmt):
                 entry = self.build(item, entry, scope, divergent)
                 if isinstance(item, tirx.Bind):
                     scope = scope.binding(item.var, item.value)

@@ -29,7 +29,7 @@ from tilewave.analysis.shared_access import (
     is_thread_dependent,
 )
 from tilewave.analysis.shared_buffers import buffer_scope, is_buffer
-from tilewave.ir.walker import ffi_list, post_order_visit
+from tilewave.ir.walker import post_order_visit, statements_of
 
 __all__ = ["uniform_local_buffers"]
 
@@ -51,7 +51,7 @@ def _collect(stmt: Any, scope: AccessScope, guards: tuple[_Guard, ...], out: lis
     """The stores to ``local`` buffers under ``stmt`` (the only candidates), each with its
     value, indices and enclosing conditions resolved through the ``Bind`` values."""
     if isinstance(stmt, tirx.SeqStmt):
-        for item in ffi_list(stmt.seq):
+        for item in statements_of(stmt):
             _collect(item, scope, guards, out)
             if isinstance(item, tirx.Bind):
                 scope = scope.binding(item.var, item.value)

@@ -77,7 +77,7 @@ from tilewave.analysis.shared_buffers import (
 from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.arrays import distinct
-from tilewave.ir.walker import ffi_list, post_order_visit
+from tilewave.ir.walker import ffi_list, post_order_visit, statements_of
 
 __all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions", "unwritten_global_buffers"]
 
@@ -200,7 +200,7 @@ class UniformityAnalysis:
         ``Bind`` and loop variable is defined as."""
         kind = type(stmt)  # (TIR statement classes have no subclasses: exact type tests)
         if kind is tirx.SeqStmt:
-            for child in ffi_list(stmt.seq):
+            for child in statements_of(stmt):
                 if type(child) is not tirx.BufferStore:  # (a store records nothing)
                     self._record(child, premises)
                 premise = _premise_of(child)

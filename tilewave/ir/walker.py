@@ -19,9 +19,10 @@ statements or expressions.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import tvm
@@ -131,6 +132,24 @@ def ffi_list(items: Any) -> list[Any]:
         return [item(items, i) for i in range(size)]
     return list(items)
 
+
+def statements_of(seq: Any) -> tuple[Any, ...]:
+    """The statements of the ``SeqStmt`` ``seq``, read once per node and remembered (a
+    kernel's statement lists, hundreds of statements long when unrolled, are read again in
+    every fixed-point round and by several analyses; each read is an FFI call per item).
+    Callers get the same tuple every time."""
+    key = hash(seq)
+    found = _STATEMENTS.get(key)
+    if found is None:
+        if len(_STATEMENTS) >= _STATEMENTS_LIMIT:
+            _STATEMENTS.clear()
+        found = _STATEMENTS[key] = (tuple(ffi_list(seq.seq)), seq)  # (the node kept alive)
+    return found[0]
+
+
+#: statements_of's lists by SeqStmt handle, with the node
+_STATEMENTS: dict[int, tuple[tuple[Any, ...], Any]] = kernel_table()
+_STATEMENTS_LIMIT = 100_000
 
 _SEQUENCES = (list, tuple, tvm_ffi.Array)
 _array_item = tvm_ffi.get_global_func("ffi.ArrayGetItem")
@@ -519,17 +538,17 @@ def post_order_visit(
             post_order_visit(item, callback, types)
         return
     if types is not None and isinstance(node, tirx.Stmt):
-        nodes = _indexed_nodes(node, types)
-        if nodes is not None:
+        index = _indexed_nodes(node, types)
+        if index is not None:
+            nodes, by_class = index
             wanted = tuple(types)
-            kinds: dict[type, bool] = {}
-            for item in nodes:
-                kind = type(item)
-                hit = kinds.get(kind)
-                if hit is None:
-                    hit = kinds[kind] = issubclass(kind, wanted)
-                if hit:
-                    callback(item)
+            runs = [at for kind, at in by_class.items() if issubclass(kind, wanted)]
+            if len(runs) == 1:
+                positions: Iterable[int] = runs[0]
+            else:  # (several classes: their nodes in walk order again)
+                positions = sorted(itertools.chain.from_iterable(runs))
+            for at in positions:
+                callback(nodes[at])
             return
     _walk(node, callback, types)
 
@@ -541,18 +560,21 @@ _INDEXED_TYPES = (
 )  # fmt: skip
 #: statements walked once (handle -> node, kept alive so the handle stays theirs)
 _WALKED_ONCE: dict[int, Any] = kernel_table()
-#: statements walked more than once: handle -> (node, its nodes of _INDEXED_TYPES in post
-#: order)
-_INDEXES: dict[int, tuple[Any, list[Any]]] = kernel_table()
+#: a statement's index: its nodes of _INDEXED_TYPES in post order, and their positions in
+#: that list by node class (a walk for evaluates meets only the evaluates, not every call
+#: and store of the kernel)
+_Index = tuple[list[Any], dict[type, list[int]]]
+#: statements walked more than once: handle -> (node, its index)
+_INDEXES: dict[int, tuple[Any, _Index]] = kernel_table()
 _REMEMBERED = 16
 
 
-def _indexed_nodes(node: Any, types: tuple[type, ...]) -> list[Any] | None:
-    """The nodes of :data:`_INDEXED_TYPES` under statement ``node`` in post order, from
-    one walk shared by every later walk of the same statement; None (walk it) when
-    ``types`` holds another class or ``node`` is walked for the first time. A kernel's
-    body is walked by a dozen per-kernel analyses: one C++ walk of a 5,000-statement body
-    costs ~25 ms, a pass over the list a few."""
+def _indexed_nodes(node: Any, types: tuple[type, ...]) -> _Index | None:
+    """The index of statement ``node`` (its nodes of :data:`_INDEXED_TYPES` in post
+    order, and by class), from one walk shared by every later walk of the same statement;
+    None (walk it) when ``types`` holds another class or ``node`` is walked for the first
+    time. A kernel's body is walked by a dozen per-kernel analyses: one C++ walk of a
+    5,000-statement body costs ~25 ms, a pass over the list a few."""
     if not all(issubclass(cls, _INDEXED_TYPES) for cls in types):
         return None
     key = hash(node)
@@ -565,11 +587,18 @@ def _indexed_nodes(node: Any, types: tuple[type, ...]) -> list[Any] | None:
     return _index(node, key)
 
 
-def _index(node: Any, key: int) -> list[Any]:
+def _index(node: Any, key: int) -> _Index:
     nodes: list[Any] = []
     _walk(node, nodes.append, _INDEXED_TYPES)
-    _remember(_INDEXES, key, (node, nodes))
-    return nodes
+    by_class: dict[type, list[int]] = {}
+    for at, item in enumerate(nodes):
+        positions = by_class.get(type(item))
+        if positions is None:
+            positions = by_class[type(item)] = []
+        positions.append(at)
+    index = (nodes, by_class)
+    _remember(_INDEXES, key, (node, index))
+    return index
 
 
 def expect_repeated_walks(node: Any) -> None:

@@ -31,7 +31,7 @@ from tilewave.analysis.shared_access import (
     sync_action,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import ffi_list, post_order_visit, rebuild, seq_stmt
+from tilewave.ir.walker import node_is, post_order_visit, rebuild, seq_stmt, statements_of
 
 __all__ = ["commit_copy_runs", "has_commits", "issues_group_copies", "waits_on_groups"]
 
@@ -44,10 +44,9 @@ def has_commits(body: Any) -> bool:
 
     def check(node: Any) -> None:
         nonlocal found
-        if isinstance(node, tirx.Evaluate):
-            action = sync_action(node)
-            if action is not None and (action.commits or action.kind is SyncKind.ASYNC_COMMIT):
-                found = True
+        action = sync_action(node)  # (None for anything but an Evaluate)
+        if action is not None and (action.commits or action.kind is SyncKind.ASYNC_COMMIT):
+            found = True
 
     post_order_visit(body, check, (tirx.Evaluate,))
     return found
@@ -60,8 +59,9 @@ def issues_group_copies(body: Any) -> bool:
 
     def check(node: Any) -> None:
         nonlocal found
-        if not found and isinstance(node.op, ir.Op):
-            found = node.op.name.startswith(GROUP_COPY_PREFIXES)
+        op = node.op
+        if not found and type(op) is ir.Op:  # (exact: no subclasses, no ABC check)
+            found = op.name.startswith(GROUP_COPY_PREFIXES)
 
     post_order_visit(body, check, (ir.expr.Call,))
     return found
@@ -79,13 +79,14 @@ def _leaf_role(stmt: Any, func_name: str | None, scope: AccessScope) -> str:
 
 
 def _children(stmt: Any) -> list[Any]:
-    if isinstance(stmt, tirx.SeqStmt):
-        return ffi_list(stmt.seq)
-    if isinstance(stmt, tirx.IfThenElse):
+    kind = type(stmt)  # (TIR node classes have no subclasses: exact tests, no ABC check)
+    if kind is tirx.SeqStmt:
+        return list(statements_of(stmt))
+    if kind is tirx.IfThenElse:
         return [stmt.condition, stmt.then_case] + (
             [stmt.else_case] if stmt.else_case is not None else []
         )
-    if isinstance(stmt, tirx.While):
+    if kind is tirx.While:
         return [stmt.condition, stmt.body]
     return [stmt.body]
 
@@ -117,9 +118,8 @@ def _copy_leaves(body: Any) -> set[int]:
     def check(node: Any) -> None:
         nonlocal pending
         if type(node) is ir.expr.Call:
-            pending = pending or (
-                isinstance(node.op, ir.Op) and node.op.name.startswith(GROUP_COPY_PREFIXES)
-            )
+            op = node.op
+            pending = pending or (type(op) is ir.Op and op.name.startswith(GROUP_COPY_PREFIXES))
         elif is_leaf_statement(node):
             if pending:
                 marked.add(hash(node))
@@ -150,12 +150,12 @@ class _Committer:
     def may_copy(self, stmt: Any) -> bool:
         """False when no statement under ``stmt`` issues a cp.async copy (its role is then
         NEUTRAL or OTHER)."""
-        if not isinstance(stmt, tirx.Stmt):
+        if not node_is(stmt, tirx.Stmt):
             return True  # a condition: looked at exactly
         found = self._may_copy.get(stmt)
         if found is None:
             if is_leaf_statement(stmt):
-                found = hash(stmt) in self._copy_leaves or not isinstance(stmt, _WALKED_TYPES)
+                found = hash(stmt) in self._copy_leaves or not node_is(stmt, _WALKED_TYPES)
             else:
                 found = any(self.may_copy(child) for child in _children(stmt))
             self._may_copy[stmt] = found
@@ -163,7 +163,7 @@ class _Committer:
 
     def role(self, stmt: Any) -> str:
         """COPY, NEUTRAL, OTHER (shared access or sync, no copy) or MIXED (both)."""
-        if not isinstance(stmt, tirx.Stmt):
+        if not node_is(stmt, tirx.Stmt):
             return _leaf_role(tirx.Evaluate(stmt), self.func_name, self._scope)
         if stmt not in self._roles:
             if is_leaf_statement(stmt):
@@ -188,11 +188,11 @@ class _Committer:
 
     def rewrite(self, stmt: Any) -> Any:
         """``stmt`` with a commit after every run of copies inside it."""
-        if isinstance(stmt, tirx.SeqStmt):
-            return self._sequence(ffi_list(stmt.seq), stmt)
+        if type(stmt) is tirx.SeqStmt:
+            return self._sequence(list(statements_of(stmt)), stmt)
         if not self.may_copy(stmt) or self.role(stmt) != _MIXED or is_leaf_statement(stmt):
             return stmt
-        if isinstance(stmt, tirx.IfThenElse):
+        if type(stmt) is tirx.IfThenElse:
             changes = {"then_case": self._body(stmt.then_case)}
             if stmt.else_case is not None:
                 changes["else_case"] = self._body(stmt.else_case)
@@ -254,9 +254,8 @@ def waits_on_groups(body: Any) -> bool:
 
     def check(node: Any) -> None:
         nonlocal found
-        if isinstance(node, tirx.Evaluate):
-            action = sync_action(node)
-            found = found or (action is not None and action.groups)
+        action = sync_action(node)  # (None for anything but an Evaluate)
+        found = found or (action is not None and action.groups)
 
     post_order_visit(body, check, (tirx.Evaluate,))
     return found

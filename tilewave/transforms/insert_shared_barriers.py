@@ -85,7 +85,14 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
     where,
 )
 from tilewave.ir.ops import call_op
-from tilewave.ir.walker import expect_repeated_walks, ffi_list, node_is, rebuild, seq_stmt
+from tilewave.ir.walker import (
+    expect_repeated_walks,
+    ffi_list,
+    node_is,
+    rebuild,
+    seq_stmt,
+    statements_of,
+)
 from tilewave.targets import TargetInfo, get_target
 from tilewave.transforms.async_groups import commit_copy_runs, waits_on_groups
 from tilewave.transforms.barrier_state import (
@@ -220,7 +227,7 @@ class _Placer:
             found = _action_cost(self.sync_action(stmt))
         else:
             if type(stmt) is tirx.SeqStmt:
-                children = ffi_list(stmt.seq)
+                children = statements_of(stmt)
             else:
                 children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
             counts = [
@@ -274,7 +281,7 @@ class _Placer:
         kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
         if kind is tirx.SeqStmt:
             out = []
-            for child in ffi_list(stmt.seq):
+            for child in statements_of(stmt):
                 out += self.all_accesses(child, scope)
                 if type(child) is tirx.Bind:
                     scope = self.after_bind(child, scope)
@@ -568,7 +575,7 @@ class _Placer:
         kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
         if kind is tirx.SeqStmt:
             items: list[Any] = []
-            children = ffi_list(stmt.seq)
+            children = statements_of(stmt)
             facts = self.facts(scope)
             upcoming = self._upcoming
             for at, child in enumerate(children):
@@ -1163,7 +1170,7 @@ class _Placer:
         comes back unchanged when the items are exactly its statements."""
         # (exact class tests: TIR node classes have no subclasses, and `isinstance` on
         # them goes through an ABC check, per item of lists of thousands)
-        old = ffi_list(original.seq) if type(original) is tirx.SeqStmt else [original]
+        old = statements_of(original) if type(original) is tirx.SeqStmt else (original,)
         if len(old) == len(items) and all(
             type(i) is not Barrier and i.same_as(o) for i, o in zip(items, old, strict=True)
         ):
@@ -1172,7 +1179,7 @@ class _Placer:
         for item in items:
             kind = type(item)
             if kind is tirx.SeqStmt:
-                out.extend(ffi_list(item.seq))
+                out.extend(statements_of(item))
                 continue
             if kind is not Barrier:
                 out.append(item)
