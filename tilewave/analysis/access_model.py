@@ -210,6 +210,11 @@ class AccessScope:
         scope.__dict__["binds_pointers"] = self.binds_pointers or isinstance(
             var.ty, ir.PointerType
         )
+        by_handle = self.__dict__.get("_values_by_handle")
+        if by_handle is not None:  # (grown from this scope's, like the values)
+            by_handle = dict(by_handle)
+            by_handle[hash(var)] = values[var]
+            scope.__dict__["_values_by_handle"] = by_handle
         return scope
 
     def inside_while(self) -> AccessScope:
@@ -225,7 +230,7 @@ class AccessScope:
 
     def _same_bindings(self, scope: AccessScope) -> AccessScope:
         """``scope`` (with this scope's bindings) knowing what this one knows of them."""
-        for name in ("bound_handles", "binds_pointers", "_bindings_hash"):
+        for name in ("bound_handles", "binds_pointers", "_bindings_hash", "_values_by_handle"):
             if name in self.__dict__:
                 scope.__dict__[name] = self.__dict__[name]
         return scope
@@ -241,7 +246,12 @@ class AccessScope:
             object.__setattr__(self, "resolved_values", values)
         if type(expr) is ir.expr.Var and hash(expr) not in self.bound_handles:
             return expr  # (a free variable: the thread index, a loop variable)
-        return substitute(expr, self.resolved_values)
+        return substitute(expr, self.resolved_values, self._values_by_handle)
+
+    @cached_attribute
+    def _values_by_handle(self) -> dict[int, Any]:
+        """:attr:`resolved_values` keyed by the variables' handles (for :func:`substitute`)."""
+        return {hash(var): value for var, value in self.resolved_values.items()}
 
 
 def _fold(folded: int, key: tuple[int, int]) -> int:

@@ -26,6 +26,7 @@ constant) returns ``None``: the whole buffer.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import tvm
@@ -118,6 +119,7 @@ def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
     return None
 
 
+@functools.cache  # (a handful of dtypes; parsing one costs tens of microseconds)
 def _element_bytes(dtype: str) -> int | None:
     dt = tvm.DataType(dtype)
     bits = dt.bits * dt.lanes

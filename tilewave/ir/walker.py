@@ -459,12 +459,19 @@ def _constant(value: Any, var: Any) -> Any:
     return tvm.runtime.convert(value)
 
 
-def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
+def substitute(
+    node: Any, mapping: Mapping[ir.expr.Var, Any], by_handle: Mapping[int, Any] | None = None
+) -> Any:
     """Replace every use of the variables in ``mapping`` inside ``node``.
 
     Args:
         node: a statement or expression (or a list of them).
         mapping: ``{var: expr}``; Python ints and floats are converted to TIR constants.
+        by_handle: ``mapping`` keyed by the variables' handles (``hash``), when the caller
+            keeps one (a scope resolving many expressions with the same bindings);
+            variables are looked up by handle (a lookup that meets the same variable
+            under another Python wrapper would compare them with ``==``, which builds a
+            TIR ``EQ`` node).
 
     Definition sites (a ``For`` loop variable, a ``BufferStore`` buffer) are replaced only
     by another ``Var``; types (buffer shapes) are left alone. Returns ``node`` itself when
@@ -474,10 +481,11 @@ def substitute(node: Any, mapping: Mapping[ir.expr.Var, Any]) -> Any:
     if not mapping:
         return node
     if isinstance(node, (list, tuple)):
-        return type(node)(substitute(item, mapping) for item in node)
+        return type(node)(substitute(item, mapping, by_handle) for item in node)
+    values = by_handle if by_handle is not None else {hash(v): x for v, x in mapping.items()}
 
     def on_var(var: Any, mutator: Any) -> Any:
-        value = mapping.get(var)
+        value = values.get(hash(var))
         if value is None:
             return var
         if not node_is(value, tvm_ffi.Object):
