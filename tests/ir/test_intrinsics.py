@@ -94,6 +94,22 @@ def test_user_registration_overrides_the_builtin_table():
     assert classify("tirx.ptx.ldmatrix") & E.GENERIC_SHARED
 
 
+def test_a_statement_is_classified_again_after_the_op_table_changes():
+    """``sync_action`` remembers its answer per statement; registering (and removing) an
+    op must not leave the old answer in place for a statement already asked about."""
+    from tilewave.analysis.shared_access import SyncKind, sync_action
+
+    stmt = tirx.Evaluate(tirx.call_extern("void", "my_block_sync"))
+    assert sync_action(stmt) is None  # unknown op: remembered as no synchronisation
+    register_intrinsic("my_block_sync", "barrier")
+    try:
+        action = sync_action(stmt)
+        assert action is not None and action.kind is SyncKind.BARRIER
+    finally:
+        unregister_intrinsic("my_block_sync")
+    assert sync_action(stmt) is None
+
+
 def test_register_intrinsic_rejects_unknown_kind():
     with pytest.raises(IntrinsicRegistrationError, match=r"unknown kind 'asynchronous'.*'async'"):
         register_intrinsic("foo_op", "asynchronous")
