@@ -29,7 +29,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import tvm_ffi
@@ -56,9 +56,13 @@ __all__ = [
     "MergedPoints",
     "enumerate_no_overlap",
     "index_period",
+    "node_period",
     "small_spaces_overlap",
     "whole_space_points",
 ]
+
+#: an operand of a modulus, however the expression is read
+_X = TypeVar("_X")
 
 #: the most index points (both accesses, all contexts) one question may evaluate
 MAX_POINTS = 1 << 21
@@ -248,12 +252,26 @@ def _period_and_mention(expr: Any, var: Any) -> tuple[int | None, bool]:
             mentions = _mentions(expr, var)
         return (None if mentions else 1), mentions  # (a leaf is no modulus)
     parts = [_period_and_mention(child, var) for child in children]
+    return node_period(parts, lambda: _modulus(expr), lambda x: _affine_coefficient(x, var))
+
+
+def node_period(
+    parts: list[tuple[int | None, bool]],
+    modulus: Callable[[], tuple[_X, int] | None],
+    coefficient: Callable[[_X], int | None],
+) -> tuple[int | None, bool]:
+    """The period rule of :func:`index_period` at a node with operands, whatever the node
+    is read from (TIR here, interval trees in :mod:`tilewave.analysis.tree_period`):
+    ``parts`` are the operands' ``(period, mentions)``; ``modulus()`` gives ``(x, m)``
+    when the node is ``x % m`` or a power-of-two mask (asked only when an operand
+    mentions the variable); ``coefficient(x)`` the variable's coefficient in an affine
+    ``x`` (None: not affine)."""
     if not any(mentions for _, mentions in parts):
         return 1, False
-    mod = _modulus(expr)
+    mod = modulus()
     if mod is not None:
         x, m = mod
-        c = _affine_coefficient(x, var)
+        c = coefficient(x)
         if c is not None:
             return (m // math.gcd(abs(c), m) if c else 1), True
     period = 1

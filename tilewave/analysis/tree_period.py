@@ -10,18 +10,20 @@ node is a constant, a variable, a cast, a bounded binary operation or a bitwise 
 such a tree :func:`tree_period` applies the same rule and gives the same answer; on any
 other it answers ``None`` and the caller asks ``index_period``.
 
-The rule (see ``index_period``): a leaf that is the variable is not periodic, any other
-leaf has period 1; a node none of whose operands mentions the variable has period 1;
-``x % m`` and ``x & (m - 1)`` (``m`` a constant, a power of two for the mask) with ``x``
-affine in the variable (``c * var + terms without it``) have period ``m / gcd(c, m)``;
-any other node has the least common multiple of its operands' periods (not periodic when
-one is not).
+The rule (see ``index_period``; both apply it at nodes through
+:func:`~tilewave.analysis.index_enumeration.node_period`): a leaf that is the variable is
+not periodic, any other leaf has period 1; a node none of whose operands mentions the
+variable has period 1; ``x % m`` and ``x & (m - 1)`` (``m`` a constant, a power of two for
+the mask) with ``x`` affine in the variable (``c * var + terms without it``) have period
+``m / gcd(c, m)``; any other node has the least common multiple of its operands' periods
+(not periodic when one is not).
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
+
+from tilewave.analysis.index_enumeration import node_period
 
 if TYPE_CHECKING:
     from tilewave.analysis.interval_bounds import IntervalTree
@@ -50,20 +52,7 @@ def tree_period(tree: IntervalTree, var: int) -> _Period | None:
         if part is None:
             return None
         parts.append(part)
-    if not any(mentions for _, mentions in parts):
-        return 1, False
-    modulus = _modulus(tree)
-    if modulus is not None:
-        x, m = modulus
-        c = _coefficient(x, var)
-        if c is not None:
-            return (m // math.gcd(abs(c), m) if c else 1), True
-    period = 1
-    for part, _ in parts:
-        if part is None:
-            return None, True
-        period = math.lcm(period, part)
-    return period, True
+    return node_period(parts, lambda: _modulus(tree), lambda x: _coefficient(x, var))
 
 
 def _modulus(tree: tuple[object, ...]) -> tuple[IntervalTree, int] | None:
