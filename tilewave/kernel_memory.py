@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["forget_kernels", "kernel_table"]
+__all__ = ["forget_kernels", "kernel_table", "remember"]
 
 _TABLES: list[dict[Any, Any]] = []
 
@@ -22,6 +22,15 @@ def kernel_table() -> dict[Any, Any]:
     table: dict[Any, Any] = {}
     _TABLES.append(table)
     return table
+
+
+def remember(table: dict[Any, Any], key: Any, value: Any, limit: int) -> Any:
+    """Store ``value`` under ``key`` in ``table`` and return it; a table holding ``limit``
+    entries is emptied first (what it held is worked out again when asked)."""
+    if len(table) >= limit:
+        table.clear()
+    table[key] = value
+    return value
 
 
 def forget_kernels() -> None:

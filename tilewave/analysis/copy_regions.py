@@ -34,7 +34,7 @@ from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import ffi_list
-from tilewave.kernel_memory import kernel_table
+from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = ["COPY_OPERANDS", "LDS_DMA_LANES", "MATRIX_ROW_OPS", "copy_region"]
 
@@ -172,9 +172,8 @@ def copy_region(call: ir.expr.Call, buffer: Any) -> tuple[tuple[Any, ...], Any, 
     key = (hash(call), hash(buffer))
     found = _REGIONS.get(key)
     if found is None:
-        if len(_REGIONS) >= _REGIONS_LIMIT:
-            _REGIONS.clear()
-        found = _REGIONS[key] = (_region_of(call, buffer), call, buffer)  # (nodes kept alive)
+        # (the nodes kept alive with the answer: their handles cannot come to name others)
+        found = remember(_REGIONS, key, (_region_of(call, buffer), call, buffer), _REGIONS_LIMIT)
     return found[0]
 
 

@@ -14,7 +14,7 @@ import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.ir.walker import kind_by_class, post_order_visit
-from tilewave.kernel_memory import kernel_table
+from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = ["analysable"]
 
@@ -55,9 +55,7 @@ def analysable(expr: Any) -> bool:
     key = tvm_ffi.StructuralKey(expr)
     found = _ANALYSABLE.get(key)
     if found is None:
-        if len(_ANALYSABLE) >= _ANALYSABLE_LIMIT:
-            _ANALYSABLE.clear()
-        found = _ANALYSABLE[key] = _analysable(expr)
+        found = remember(_ANALYSABLE, key, _analysable(expr), _ANALYSABLE_LIMIT)
     return found
 
 

@@ -75,7 +75,7 @@ from tilewave.analysis.uniform_writes import stores_alike, writes_same_everywher
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
 from tilewave.ir.walker import TIRVisitor, ffi_list, node_is, post_order_visit, substitute
-from tilewave.kernel_memory import kernel_table
+from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = [
     "ANY",
@@ -190,9 +190,8 @@ def sync_action(stmt: Any) -> SyncAction | None:
     key = hash(stmt)
     found = _ACTIONS.get(key)
     if found is None:
-        if len(_ACTIONS) >= _ACTIONS_LIMIT:
-            _ACTIONS.clear()
-        found = _ACTIONS[key] = (_sync_action_of(stmt), stmt)  # (the node kept alive)
+        # (the node kept alive with its answer: its handle cannot come to name another)
+        found = remember(_ACTIONS, key, (_sync_action_of(stmt), stmt), _ACTIONS_LIMIT)
     return found[0]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from tvm import ir, tirx
 
 from tilewave.ir.walker import TIRVisitor, post_order_visit
-from tilewave.kernel_memory import kernel_table
+from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = [
     "SHARED_SCOPES",
@@ -56,9 +56,9 @@ def is_shared_buffer(var: Any) -> bool:
     key = hash(var)
     known = _SHARED_VARS.get(key)
     if known is None:
-        if len(_SHARED_VARS) >= _SHARED_VARS_LIMIT:
-            _SHARED_VARS.clear()
-        known = _SHARED_VARS[key] = (var, buffer_scope(var) in SHARED_SCOPES)
+        known = remember(
+            _SHARED_VARS, key, (var, buffer_scope(var) in SHARED_SCOPES), _SHARED_VARS_LIMIT
+        )
     return known[1]
 
 

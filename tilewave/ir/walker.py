@@ -29,7 +29,7 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilewave.kernel_memory import kernel_table
+from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = [
     "TIRMutator",
@@ -141,9 +141,8 @@ def statements_of(seq: Any) -> tuple[Any, ...]:
     key = hash(seq)
     found = _STATEMENTS.get(key)
     if found is None:
-        if len(_STATEMENTS) >= _STATEMENTS_LIMIT:
-            _STATEMENTS.clear()
-        found = _STATEMENTS[key] = (tuple(ffi_list(seq.seq)), seq)  # (the node kept alive)
+        # (the node kept alive with its list: its handle cannot come to name another)
+        found = remember(_STATEMENTS, key, (tuple(ffi_list(seq.seq)), seq), _STATEMENTS_LIMIT)
     return found[0]
 
 
