@@ -27,6 +27,8 @@ from tilewave.analysis.index_enumeration import ANY, FAR, _evaluate
 from tilewave.analysis.interval_bounds import (
     _reduced,
     apart_with_loops_fixed,
+    apart_with_loops_fixed_each,
+    fix_signature,
     index_bounds,
     interval_of,
     interval_tree,
@@ -35,9 +37,11 @@ from tilewave.analysis.interval_bounds import (
 from tilewave.analysis.shared_access import (
     AccessKind,
     AccessScope,
+    EarlierAccess,
     LoopRange,
     SharedAccess,
     may_conflict,
+    proven_apart_together,
 )
 
 C = lambda v: tirx.IntImm("int32", v)  # noqa: E731
@@ -218,3 +222,75 @@ def test_swizzled_chunks_with_shifts_are_apart_without_enumeration():
     assert interval_of(interval_tree(first.indices[0]), ranges) == (0, 56)
     assert interval_of(interval_tree(second.indices[0]), ranges) == (64, 120)
     assert may_conflict(first, second, EXTENTS) is False
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(max_examples=300, deadline=None)
+@given(
+    group=st.lists(INDICES, min_size=2, max_size=4),
+    later=INDICES,
+    distance=st.integers(0, TRIPS),
+)
+def test_a_group_screened_together_gets_each_pairs_answer(group, later, distance):
+    """``apart_with_loops_fixed_each`` fixes the loops once, from the group's first access,
+    for accesses with that access's ``fix_signature``: each answer must be the one the
+    access gets on its own, and a True answer must hold over every thread and iteration
+    (NumPy)."""
+    accesses = [_access(index, in_loop=True) for index in group]
+    signature = fix_signature(accesses[0])
+    alike = [a for a in accesses if fix_signature(a) == signature]
+    b = _access(later, in_loop=True, kind=AccessKind.READ)
+    iterations = {K_LOOP: frozenset({distance})}
+    common = [(K_RANGE, K_RANGE)]
+    together = apart_with_loops_fixed_each(alike, b, EXTENTS, common, iterations, {}, {})
+    alone = [apart_with_loops_fixed(a, b, EXTENTS, common, iterations, {}, {}) for a in alike]
+    assert together == alone
+    for a, apart in zip(alike, together, strict=True):
+        if apart:
+            for k in range(TRIPS - distance):
+                later_values = _values(later, [k + distance])
+                assert not np.intersect1d(_values(a.indices[0], [k]), later_values).size
+
+
+@pytest.mark.filterwarnings("ignore:Generating overly large repr")
+@settings(max_examples=300, deadline=None)
+@given(
+    group=st.lists(st.tuples(INDICES, st.booleans()), min_size=1, max_size=5),
+    later=INDICES,
+    distance=st.integers(0, TRIPS),
+)
+def test_what_is_proven_apart_together_may_conflict_denies(group, later, distance):
+    """Earlier accesses in the loop or before it, of every signature: a True answer of
+    ``proven_apart_together`` must be a False of ``may_conflict`` (asked pair by pair, the
+    way the barrier pass asks when nothing is screened together), and a group of one
+    access is left to ``may_conflict``."""
+    b = _access(later, in_loop=True, kind=AccessKind.READ)
+    earlier = []
+    for index, in_loop in group:
+        a = _access(index, in_loop=in_loop)
+        relation = {K_LOOP: frozenset({distance})} if in_loop else {}
+        positions = {} if in_loop else {K_LOOP: min(distance, FAR)}
+        earlier.append(EarlierAccess(a, (in_loop, distance), relation, positions, {}))
+    proven = proven_apart_together(b, earlier, EXTENTS)
+    signatures = [(item.question, fix_signature(item.access)) for item in earlier]
+    for item, apart, signature in zip(earlier, proven, signatures, strict=True):
+        if apart:
+            assert signatures.count(signature) > 1
+            assert not may_conflict(
+                item.access, b, EXTENTS, item.iterations, item.positions, item.finished
+            )
+
+
+def test_a_run_of_copies_into_the_next_stage_is_apart_from_reads_of_this_one():
+    """Four copy chunks into stage ``k + 1`` of a double buffer (one signature) and a read
+    of stage ``k`` in the same iteration: all four are kept apart at once; a chunk into
+    stage ``k`` is not."""
+    chunks = [
+        tirx.floormod(K + 1, 2) * 256 + c * 64 + TX * 8 + TY for c in range(4)
+    ]  # fmt: skip
+    read = _access(tirx.floormod(K, 2) * 256 + TX * 8, in_loop=True, kind=AccessKind.READ)
+    same_stage = tirx.floormod(K, 2) * 256 + TX * 8 + TY
+    relation = {K_LOOP: frozenset({0})}
+    copies = [_access(x, in_loop=True, kind=AccessKind.ASYNC_WRITE) for x in [*chunks, same_stage]]
+    earlier = [EarlierAccess(copy, 0, relation, {}, {}) for copy in copies]
+    assert proven_apart_together(read, earlier, EXTENTS) == [True, True, True, True, False]

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Bounds",
     "apart_with_loops_fixed",
+    "apart_with_loops_fixed_each",
+    "fix_signature",
     "index_bounds",
     "interval_of",
     "interval_tree",
@@ -314,7 +316,7 @@ def _has_constant_bounds(loop: LoopRange) -> bool:
 
 def _tied_fixes(
     a: SharedAccess, b: SharedAccess, la: LoopRange, lb: LoopRange, distances: Iterable[int]
-) -> list[_Fix] | None:
+) -> Sequence[_Fix] | None:
     """Value pairs of a loop both accesses run in, ``b`` exactly ``d`` iterations after
     ``a`` for each ``d`` in ``distances``: every iteration, or one per residue of the
     indices' period. None when the loop cannot be fixed (the caller leaves it free)."""
@@ -322,17 +324,24 @@ def _tied_fixes(
         return None
     pa, pb = _access_period(a, la.var), _access_period(b, lb.var)
     period = None if pa is None or pb is None else math.lcm(pa, pb)
-    pairs = _tied_values(int(la.min), int(la.extent), int(la.step), period, tuple(distances))
-    if pairs is None:
-        return None
-    ha, hb = hash(la.var), hash(lb.var)
-    return [(((ha, (va, va)),), ((hb, (vb, vb)),)) for va, vb in pairs]
+    return _tied_value_fixes(
+        hash(la.var), hash(lb.var), int(la.min), int(la.extent), int(la.step), period,
+        tuple(distances),
+    )  # fmt: skip
 
 
-@functools.lru_cache(maxsize=1024)
-def _tied_values(
-    start: int, extent: int, step: int, period: int | None, distances: tuple[int, ...]
-) -> tuple[tuple[int, int], ...] | None:
+@functools.lru_cache(maxsize=4096)
+def _tied_value_fixes(
+    ha: int,
+    hb: int,
+    start: int,
+    extent: int,
+    step: int,
+    period: int | None,
+    distances: tuple[int, ...],
+) -> tuple[_Fix, ...] | None:
+    """:func:`_tied_fixes` from plain values (remembered: the accesses of one loop body
+    meet each other at the same few distances, with the same periods)."""
     pairs: list[tuple[int, int]] = []
     for d in distances:
         count = extent - d  # iterations i of a with an iteration i + d of b
@@ -341,7 +350,7 @@ def _tied_values(
         elif count > _MAX_UNPERIODIC_VALUES:
             return None
         pairs += [(start + i * step, start + (i + d) * step) for i in range(max(count, 0))]
-    return tuple(pairs)
+    return tuple((((ha, (va, va)),), ((hb, (vb, vb)),)) for va, vb in pairs)
 
 
 def _one_side_fix(loop: LoopRange, iteration: int, *, of_b: bool) -> list[_Fix] | None:
@@ -369,12 +378,12 @@ def _loop_fixes(
     iterations: Mapping[Any, frozenset[int]],
     positions: Mapping[Any, int],
     finished: Mapping[Any, int],
-) -> list[list[_Fix]]:
+) -> list[Sequence[_Fix]]:
     """Per relating loop whose variable an index reads, the alternative fixes that
     together cover every pair the question allows (a loop no index reads changes no
     bound, so it is left free)."""
     reads_a, reads_b = _shape(a).reads, _shape(b).reads
-    per_loop: list[list[_Fix]] = []
+    per_loop: list[Sequence[_Fix]] = []
     for la, lb in common:
         if hash(la.var) not in reads_a and hash(lb.var) not in reads_b:
             continue
@@ -421,32 +430,81 @@ def apart_with_loops_fixed(
     ``finished``: as for :func:`~tilewave.analysis.region_proof.prove_no_overlap`. Path
     conditions are ignored (a superset of the pairs), which keeps the answer sound.
     """
-    if a.resolved_indices is None or b.resolved_indices is None:
-        return False
-    per_loop = _loop_fixes(a, b, common, iterations, positions, finished)
+    return apart_with_loops_fixed_each(
+        [a], b, thread_extents, common, iterations, positions, finished
+    )[0]
+
+
+def fix_signature(access: SharedAccess) -> tuple[Any, ...]:
+    """What the loop fixes of :func:`apart_with_loops_fixed` read of ``access`` as its
+    earlier access, for one later access and question: per loop around it, that loop's
+    range object, whether an index reads its variable, and the indices' period in it
+    (``None`` for a loop with no ``For``: the fixes skip those, wherever they sit). Earlier
+    accesses with equal signatures get the same fixes (the loop ranges are compared by
+    identity: callers compare signatures of live accesses only)."""
+    shape = _shape(access)
+    return tuple(
+        None
+        if lp.loop is None
+        else (id(lp), hash(lp.var) in shape.reads, _access_period(access, lp.var))
+        for lp in access.loops
+    )
+
+
+def apart_with_loops_fixed_each(
+    group: Sequence[SharedAccess],
+    b: SharedAccess,
+    thread_extents: Mapping[Any, int],
+    common: Sequence[tuple[LoopRange, LoopRange]],
+    iterations: Mapping[Any, frozenset[int]],
+    positions: Mapping[Any, int],
+    finished: Mapping[Any, int],
+) -> list[bool]:
+    """:func:`apart_with_loops_fixed` of each access of ``group`` with ``b``, for earlier
+    accesses with one :func:`fix_signature` (``common`` and the question are those of
+    ``group[0]``, and so of each): the loops are fixed once for all of them, and each
+    combination of fixed values bounds ``b`` once."""
+    out = [False] * len(group)
+    if b.resolved_indices is None:
+        return out
+    live = [i for i, a in enumerate(group) if a.resolved_indices is not None]
+    if not live:
+        return out
+    per_loop = _loop_fixes(group[live[0]], b, common, iterations, positions, finished)
     if not per_loop or math.prod(len(fixes) for fixes in per_loop) > MAX_COMBINATIONS:
-        return False
-    if not all(per_loop):
-        return True  # a loop leaves no iteration pair: the accesses never meet
+        return out
+    if not all(per_loop):  # a loop leaves no iteration pair: the accesses never meet
+        for i in live:
+            out[i] = True
+        return out
     extents_key = _extents_key(thread_extents)
     # (the loop below runs for every combination of every question: `_bounds_with`'s
     # remembered bounds are looked up here directly, and the dimensions compared inline)
-    memo_a, memo_b = _shape(a).memo, _shape(b).memo
+    memo_b = _shape(b).memo
+    memos = [_shape(group[i]).memo for i in live]
     for combo in itertools.product(*per_loop):
         if len(combo) == 1:  # one loop fixed (the usual case): its fixes are one item each
             fixed_a, fixed_b = combo[0]
         else:
             fixed_a = tuple(sorted(item for fix_a, _ in combo for item in fix_a))
             fixed_b = tuple(sorted(item for _, fix_b in combo for item in fix_b))
-        bounds_a = memo_a.get((extents_key, fixed_a))
-        if bounds_a is None:
-            bounds_a = _bounds_with(a, extents_key, thread_extents, fixed_a)
         bounds_b = memo_b.get((extents_key, fixed_b))
         if bounds_b is None:
             bounds_b = _bounds_with(b, extents_key, thread_extents, fixed_b)
-        for x, y in zip(bounds_a, bounds_b, strict=True):
-            if x is not None and y is not None and (x[1] < y[0] or y[1] < x[0]):
-                break  # this dimension keeps them apart
-        else:
-            return False
-    return True
+        still: list[int] = []  # (the accesses this combination keeps apart too)
+        still_memos: list[dict[Any, tuple[Any, ...]]] = []
+        for i, memo_a in zip(live, memos, strict=True):
+            bounds_a = memo_a.get((extents_key, fixed_a))
+            if bounds_a is None:
+                bounds_a = _bounds_with(group[i], extents_key, thread_extents, fixed_a)
+            for x, y in zip(bounds_a, bounds_b, strict=True):
+                if x is not None and y is not None and (x[1] < y[0] or y[1] < x[0]):
+                    still.append(i)  # this dimension keeps them apart
+                    still_memos.append(memo_a)
+                    break
+        if not still:
+            return out
+        live, memos = still, still_memos
+    for i in live:
+        out[i] = True
+    return out

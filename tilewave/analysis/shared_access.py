@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import enum
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tvm import ir, tirx
 
@@ -55,7 +55,12 @@ from tilewave.analysis.hopper_ops import (
     wgmma_descriptor_operands,
 )
 from tilewave.analysis.index_enumeration import small_spaces_overlap, whole_space_points
-from tilewave.analysis.interval_bounds import index_bounds, variable_ranges
+from tilewave.analysis.interval_bounds import (
+    apart_with_loops_fixed_each,
+    fix_signature,
+    index_bounds,
+    variable_ranges,
+)
 from tilewave.analysis.plain_loads import plain_loads
 from tilewave.analysis.region_proof import ANY, FAR, common_loops, prove_no_overlap
 from tilewave.analysis.shared_buffers import (
@@ -83,6 +88,7 @@ __all__ = [
     "FAR",
     "AccessKind",
     "AccessScope",
+    "EarlierAccess",
     "LoopRange",
     "SharedAccess",
     "SyncAction",
@@ -91,6 +97,7 @@ __all__ = [
     "is_leaf_statement",
     "is_thread_dependent",
     "may_conflict",
+    "proven_apart_together",
     "repeated_loops",
     "same_iteration",
     "statement_accesses",
@@ -837,6 +844,75 @@ def may_conflict(
             )
         _SHARED_PROOFS.put(shared, thread_extents, verdict)
     return verdict
+
+
+class EarlierAccess(NamedTuple):
+    """An earlier access and how it relates to a later one, as :func:`may_conflict` takes
+    them (``question``: a hashable key of the three relations, equal for equal relations)."""
+
+    access: SharedAccess
+    question: Any
+    iterations: Mapping[Any, frozenset[int]]
+    positions: Mapping[Any, int]
+    finished: Mapping[Any, int]
+
+
+def proven_apart_together(
+    b: SharedAccess,
+    earlier: Sequence[EarlierAccess],
+    thread_extents: Mapping[Any, int],
+) -> list[bool]:
+    """For each earlier access of ``earlier`` (with its question: see
+    :class:`EarlierAccess`), True when :func:`may_conflict` of it and ``b`` is certainly
+    False because the first screen of :func:`prove_no_overlap` keeps them apart: an index
+    dimension whose ranges do not meet with the related loops fixed
+    (:func:`~tilewave.analysis.interval_bounds.apart_with_loops_fixed`). False: not shown
+    here (ask :func:`may_conflict`).
+
+    Accesses of ``b``'s buffer that ask the same question and that the screen reads alike
+    (:func:`~tilewave.analysis.interval_bounds.fix_signature`) are screened together, when
+    at least two do: the loops are fixed once and ``b`` bounded once per fixed value for
+    all of them. A run of in-flight copies meets every new access this way; asked pair by
+    pair, each question pays for the same fixing. (A single access is left to
+    :func:`may_conflict`, which remembers its answer for equal footprints.)
+    """
+    out = [False] * len(earlier)
+    if b.indices is None or not b.indices_analysable:
+        return out
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, item in enumerate(earlier):
+        a = item.access
+        if (
+            a.indices is None
+            or len(a.indices) != len(b.indices)
+            or not a.buffer.same_as(b.buffer)
+            or not a.indices_analysable
+        ):
+            continue
+        groups.setdefault((item.question, fix_signature(a)), []).append(i)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first = earlier[members[0]]
+        common = common_loops(first.access, b)
+        related = {
+            la.loop: v
+            for la, _ in common
+            for k, v in first.iterations.items()
+            if k.same_as(la.loop)
+        }
+        apart = apart_with_loops_fixed_each(
+            [earlier[i].access for i in members],
+            b,
+            thread_extents,
+            common,
+            related,
+            first.positions,
+            first.finished,
+        )
+        for i, proven in zip(members, apart, strict=True):
+            out[i] = proven
+    return out
 
 
 def unrelated_points(access: SharedAccess, thread_extents: Mapping[Any, int]) -> Any | None:

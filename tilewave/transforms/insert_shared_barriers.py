@@ -59,6 +59,7 @@ from tilewave.analysis.named_barrier_order import (
 from tilewave.analysis.shared_access import (
     ANY_MEMORY,
     AccessScope,
+    EarlierAccess,
     LoopRange,
     SharedAccess,
     SyncAction,
@@ -66,6 +67,7 @@ from tilewave.analysis.shared_access import (
     collect_thread_extents,
     is_leaf_statement,
     may_conflict,
+    proven_apart_together,
     repeated_loops,
     same_iteration,
     statement_accesses,
@@ -318,6 +320,8 @@ class _Placer:
         verdicts = self._verdicts.get(access)
         if verdicts is None:
             verdicts = self._verdicts[access] = {}
+        if not first and unasked is None and isinstance(state, list) and len(state) > 1:
+            self._screen_together(access, state, verdicts)
         found = []
         for inst in state:  # (the pending accesses of every statement: kept plain)
             other = inst.access
@@ -337,6 +341,41 @@ class _Placer:
                 if first:
                     break
         return found
+
+    def _screen_together(
+        self, access: SharedAccess, state: list[Instance], verdicts: dict[Instance, bool]
+    ) -> None:
+        """Remember "no conflict" for the pending instances without a verdict that
+        :func:`proven_apart_together` keeps apart from ``access`` (several in-flight copies
+        meet each new access: they are screened together instead of pair by pair)."""
+        if access.indices is None:
+            return
+        writes = access.kind.writes
+        buffer = hash(access.buffer)  # (a node's hash is its handle: the same buffer)
+        pending = [
+            inst
+            for inst in state
+            if inst not in verdicts
+            and (writes or inst.access.kind.writes)
+            and hash(inst.access.buffer) == buffer
+            and inst.access.indices is not None
+        ]
+        if len(pending) < 2:
+            return
+        earlier = [
+            EarlierAccess(
+                inst.access,
+                (inst.carried, inst.positions, inst.finished),
+                inst.iterations(),
+                dict(inst.positions),
+                dict(inst.finished),
+            )
+            for inst in pending
+        ]
+        proven = proven_apart_together(access, earlier, self.thread_extents)
+        for inst, apart in zip(pending, proven, strict=True):
+            if apart:
+                verdicts[inst] = False
 
     def blocks_any(self, new: list[SharedAccess], landed: list[Instance]) -> bool:
         """Whether an access of ``new`` may race with a ``landed`` instance. Remembered
