@@ -353,8 +353,12 @@ class _AccessCollector(TIRVisitor):
         if self._depth > 0 and not classify_call(node):
             return
         buffers = shared_buffers_addressed(node)
-        if not buffers:
-            return
+        if buffers:
+            self.call_accesses(node, name, buffers)
+
+    def call_accesses(self, node: ir.expr.Call, name: str, buffers: list[Any]) -> None:
+        """Add the accesses of the op call ``node`` (named ``name``, not a wgmma) to the
+        shared ``buffers`` whose addresses it takes, as its op's classification says."""
         effect = require_classification(node, self._func_name, "InsertSharedBarriers")
         domain = _domain_of(name)
         collective = name.startswith(MATRIX_ROW_OPS)
@@ -494,6 +498,10 @@ def statement_accesses(
             return found
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
+    if not is_store and not descriptors and not scope.binds_pointers:
+        found = _plain_call_accesses(stmt, scope, func_name, scalars, storage)
+        if found is not None:
+            return found
     collector = _borrowed_collector(stmt, scope, func_name, descriptors, scalars, storage)
     if is_store:
         # (a variable or constant holds no load or call: most indices and many values; a
@@ -544,6 +552,77 @@ def _plain_store_accesses(
     if stores_shared:
         collector.add(stmt.buffer, AccessKind.WRITE, indices)
     return _returned(collector)
+
+
+def _plain_call_accesses(
+    stmt: Any,
+    scope: AccessScope,
+    func_name: str | None,
+    scalars: Mapping[Any, Any] | None,
+    storage: StorageMap | None,
+) -> list[SharedAccess] | None:
+    """The accesses of ``T.evaluate(op(...))`` whose operands are constants, variables,
+    arithmetic, loads of other memory than shared, and addresses of buffer elements at
+    load-free indices (``T.address_of(S[i])``, possibly converted by
+    ``cvta_generic_to_shared``): an ``ldmatrix``, a ``cp.async``, as the collector
+    reports them, without its C++ walk (the ops that read descriptors or mbarriers, and a
+    scope binding pointers, are left to it). None for any other statement: the collector
+    decides."""
+    if type(stmt) is not tirx.Evaluate:
+        return None
+    call = stmt.value
+    if type(call) is not ir.expr.Call or not isinstance(call.op, ir.Op):
+        return None
+    name = call.op.name
+    if takes_address_call(call) or name.startswith(_COLLECTOR_CALLS):
+        return None
+    buffers: list[Any] = []
+    for arg in ffi_list(call.args):
+        if not _plain_operand(arg, buffers):
+            return None
+    if not buffers:
+        return []
+    collector = _borrowed_collector(stmt, scope, func_name, None, scalars, storage)
+    collector.call_accesses(call, name, buffers)
+    return _returned(collector)
+
+
+#: ops whose accesses only the collector finds (descriptor reads, mbarrier objects)
+_COLLECTOR_CALLS = ("tirx.ptx.wgmma_", "tirx.ptx.mbarrier_", "tirx.cuda.mbarrier_wait")
+_ADDRESS_OF = "tirx.address_of"
+_TO_SHARED = "tirx.cuda.cvta_generic_to_shared"
+
+
+def _plain_operand(arg: Any, buffers: list[Any]) -> bool:
+    """Whether the call operand ``arg`` makes no shared access of its own (the collector
+    would report none for it), appending the shared buffers whose element address it
+    takes to ``buffers`` (once each, in order, as ``shared_buffers_addressed`` finds
+    them). False for anything else."""
+    if type(arg) in _CONSTANT_OPERANDS:
+        return True
+    if type(arg) is ir.expr.Call:
+        name = callee_name(arg)
+        if name == _TO_SHARED and len(arg.args) == 1 and not classify_call(arg):
+            arg = arg.args[0]  # (an unclassified nested op: the collector skips it too)
+            name = callee_name(arg) if type(arg) is ir.expr.Call else None
+        if name != _ADDRESS_OF or len(arg.args) != 1:
+            return False
+        load = arg.args[0]
+        if type(load) is not ir.expr.TensorLoad:
+            return False
+        inner: list[tuple[Any, list[Any]]] = []
+        if not all(plain_loads(index, inner) for index in ffi_list(load.indices)) or inner:
+            return False
+        buffer = load.source
+        if is_shared_buffer(buffer) and not any(buffer.same_as(b) for b in buffers):
+            buffers.append(buffer)
+        return True
+    loads: list[tuple[Any, list[Any]]] = []
+    return plain_loads(arg, loads) and not any(is_shared_buffer(b) for b, _ in loads)
+
+
+#: operand classes with nothing to find in (string operands of ptx ops included)
+_CONSTANT_OPERANDS = frozenset({ir.expr.Var, tirx.IntImm, tirx.FloatImm, ir.expr.StringImm})
 
 
 #: collectors free for the next statement (one per concurrent caller; one that raised is

@@ -1,0 +1,117 @@
+"""Op calls on element addresses (``ldmatrix``, ``cp.async``): their accesses found in
+Python, as the collector finds them.
+
+``statement_accesses`` takes ``T.evaluate(op(...))`` whose operands are constants,
+strings, arithmetic, loads of non-shared memory and ``T.address_of(B[i])`` (possibly inside
+``cvta_generic_to_shared``) at load-free indices without the C++ collector walk. The
+property: on random such calls (and on operands the Python way leaves to the collector: a
+shared load, a load inside an address, another call) both ways report the same accesses,
+in the same order, with the same copy regions, domains and collectiveness. The collector
+way is forced with a descriptor map, as in ``test_plain_loads.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hypothesis.strategies as st
+import tvm_ffi
+from hypothesis import given, settings
+from tvm import tirx
+from tvm.script import from_source
+from tvm.script import tirx as T
+
+from tilewave.analysis.shared_access import AccessScope, statement_accesses
+from tilewave.ir.walker import post_order_visit
+
+#: a descriptor map that sends every statement through the collector (no wgmma reads it)
+_THROUGH_THE_COLLECTOR = {"no wgmma": []}
+
+_INDICES = st.sampled_from(["tx * 8", "tx * 8 + n", "(tx ^ 3) * 8", "tx // 4 * 64 + tx % 4 * 8"])
+
+
+def _shared_address() -> st.SearchStrategy[str]:
+    element = st.tuples(st.sampled_from(["S", "R"]), _INDICES).map(
+        lambda t: f"T.address_of({t[0]}[{t[1]}])"
+    )
+    # a load inside the address (of shared memory, of registers): left to the collector
+    loaded = st.sampled_from(["I", "L"]).map(lambda b: f"T.address_of(S[{b}[0] % 8 * 8])")
+    converted = st.one_of(element, loaded).map(lambda e: f"T.cuda.cvta_generic_to_shared({e})")
+    return st.one_of(element, converted, converted, loaded)
+
+
+def _global_address() -> st.SearchStrategy[str]:
+    return _INDICES.map(lambda i: f"T.address_of(A[{i}])")
+
+
+def _register() -> st.SearchStrategy[str]:
+    # a register indexed by a shared load: a shared read, left to the collector
+    return st.sampled_from(["L[0]", "L[1]", "L[(tx + 1) % 8]", "L[n % 8]", "L[I[0] % 8]"])
+
+
+def _call(op: str, registers: list[str], addresses: list[str]) -> Any:
+    if op == "ldmatrix":
+        text = (
+            f"T.ptx.ldmatrix({', '.join(registers)}, {addresses[0]}, "
+            '"sync", "aligned", "m8n8", "x4", "", "shared", "b16", "")'
+        )
+    else:
+        text = (
+            f"T.ptx.cp({addresses[0]}, {addresses[1]}, 16, "
+            '"async", "cg", "shared", "global", "", "", "")'
+        )
+    func = from_source(
+        f"""
+@T.prim_func
+def k(A: T.Buffer((512,), "float16"), n: T.int32):
+    for tx in T.thread_binding(32, thread="threadIdx.x"):
+        S = T.alloc_buffer((512,), "float16", scope="shared")
+        R = T.alloc_buffer((512,), "float16", scope="shared.dyn")
+        I = T.alloc_buffer((8,), "int32", scope="shared")
+        L = T.alloc_buffer((8,), "uint32", scope="local")
+        {text}
+""",
+        extra_vars={"T": T},
+    )
+    found: list[Any] = []
+    post_order_visit(func.body, found.append, (tirx.Evaluate,))
+    return found[0]
+
+
+def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
+    return [
+        (
+            hash(a.buffer),
+            a.kind,
+            None if a.indices is None else tvm_ffi.StructuralKey(list(a.indices)),
+            tuple((lp.min, lp.extent) for lp in a.loops),
+            a.async_domain,
+            a.collective,
+        )
+        for a in accesses
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    op=st.sampled_from(["ldmatrix", "cp"]),
+    registers=st.lists(_register(), min_size=4, max_size=4),
+    addresses=st.tuples(_shared_address(), _global_address()),
+)
+def test_calls_on_addresses_report_what_the_collector_reports(op, registers, addresses):
+    stmt = _call(op, registers, addresses)
+    fast = statement_accesses(stmt, AccessScope())
+    collected = statement_accesses(stmt, AccessScope(), descriptors=_THROUGH_THE_COLLECTOR)
+    assert _described(fast) == _described(collected)
+
+
+def test_a_copy_into_shared_memory_is_an_async_write_of_its_region():
+    stmt = _call("cp", [], ["T.cuda.cvta_generic_to_shared(T.address_of(S[tx * 8]))",
+                            "T.address_of(A[tx * 8])"])  # fmt: skip
+    (access,) = statement_accesses(stmt, AccessScope())
+    assert (access.kind.name, access.buffer.name, access.async_domain) == (
+        "ASYNC_WRITE",
+        "S",
+        "cp.async",
+    )
+    assert [(lp.min, lp.extent) for lp in access.loops] == [(0, 8)]  # 16 bytes of fp16
