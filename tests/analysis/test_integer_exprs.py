@@ -9,9 +9,8 @@ from typing import Any
 
 import hypothesis.strategies as st
 from hypothesis import given, settings
+from kernel_text import first_node
 from tvm import ir, tirx
-from tvm.script import from_source
-from tvm.script import tirx as T
 
 from tilewave.analysis.integer_exprs import _analysable
 from tilewave.ir.walker import post_order_visit
@@ -67,18 +66,16 @@ def _expressions() -> st.SearchStrategy[str]:
 
 
 def _expression(text: str) -> Any:
-    func = from_source(
+    store = first_node(
         f"""
 @T.prim_func
 def k(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32"), n: T.int32):
     for tx in T.thread_binding(8, thread="threadIdx.x"):
         B[0] = {text}
 """,
-        extra_vars={"T": T},
+        tirx.BufferStore,
     )
-    stores: list[Any] = []
-    post_order_visit(func.body, stores.append, (tirx.BufferStore,))
-    return stores[0].value
+    return store.value
 
 
 @settings(max_examples=300, deadline=None)

@@ -17,12 +17,10 @@ from typing import Any
 import hypothesis.strategies as st
 import tvm_ffi
 from hypothesis import given, settings
+from kernel_text import first_node
 from tvm import tirx
-from tvm.script import from_source
-from tvm.script import tirx as T
 
 from tilewave.analysis.shared_access import AccessScope, statement_accesses
-from tilewave.ir.walker import post_order_visit
 
 #: a descriptor map that sends every statement through the collector (no wgmma reads it)
 _THROUGH_THE_COLLECTOR = {"no wgmma": []}
@@ -60,7 +58,7 @@ def _call(op: str, registers: list[str], addresses: list[str]) -> Any:
             f"T.ptx.cp({addresses[0]}, {addresses[1]}, 16, "
             '"async", "cg", "shared", "global", "", "", "")'
         )
-    func = from_source(
+    return first_node(
         f"""
 @T.prim_func
 def k(A: T.Buffer((512,), "float16"), n: T.int32):
@@ -71,11 +69,8 @@ def k(A: T.Buffer((512,), "float16"), n: T.int32):
         L = T.alloc_buffer((8,), "uint32", scope="local")
         {text}
 """,
-        extra_vars={"T": T},
+        tirx.Evaluate,
     )
-    found: list[Any] = []
-    post_order_visit(func.body, found.append, (tirx.Evaluate,))
-    return found[0]
 
 
 def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:

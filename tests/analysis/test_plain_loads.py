@@ -16,13 +16,11 @@ from typing import Any
 import hypothesis.strategies as st
 import tvm_ffi
 from hypothesis import given, settings
+from kernel_text import first_node
 from tvm import ir, tirx
-from tvm.script import from_source
-from tvm.script import tirx as T
 
 from tilewave.analysis.plain_loads import plain_loads
 from tilewave.analysis.shared_access import AccessScope, statement_accesses
-from tilewave.ir.walker import post_order_visit
 
 #: a descriptor map that sends every statement through the collector (no wgmma reads it)
 _THROUGH_THE_COLLECTOR = {"no wgmma": []}
@@ -54,7 +52,7 @@ def _expressions() -> st.SearchStrategy[str]:
 
 
 def _store(target: str, index: str, value: str) -> Any:
-    func = from_source(
+    return first_node(
         f"""
 @T.prim_func
 def k(A: T.Buffer((64,), "int32"), n: T.int32):
@@ -64,11 +62,8 @@ def k(A: T.Buffer((64,), "int32"), n: T.int32):
         L = T.alloc_buffer((8,), "int32", scope="local")
         {target}[{index} % 8] = {value}
 """,
-        extra_vars={"T": T},
+        tirx.BufferStore,
     )
-    stores: list[Any] = []
-    post_order_visit(func.body, stores.append, (tirx.BufferStore,))
-    return stores[0]
 
 
 def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
