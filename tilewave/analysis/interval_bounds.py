@@ -26,7 +26,7 @@ from tvm import ir, tirx
 
 from tilewave.analysis.index_enumeration import ANY, FAR, index_period
 from tilewave.analysis.index_program import BINARY_OPERATIONS, bitwise_parts
-from tilewave.analysis.tree_period import tree_period
+from tilewave.analysis.tree_period import IntervalTree, tree_period
 
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
@@ -45,10 +45,6 @@ __all__ = [
 #: inclusive ``(low, high)``
 Bounds = tuple[int, int]
 
-#: an expression as nested tuples: ``("c", value)``, ``("v", handle)``, ``("cast", x)``,
-#: ``(operation, x, y)``, ``("k", low, high)`` (a part already bounded); ``None`` where
-#: nothing is known (a load, an unknown call)
-IntervalTree = tuple[Any, ...] | None
 
 
 def interval_tree(expr: Any) -> IntervalTree:

@@ -21,14 +21,17 @@ the mask) with ``x`` affine in the variable (``c * var + terms without it``) hav
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tilewave.analysis.index_enumeration import node_period
 
-if TYPE_CHECKING:
-    from tilewave.analysis.interval_bounds import IntervalTree
+__all__ = ["IntervalTree", "tree_period"]
 
-__all__ = ["tree_period"]
+#: an expression as nested tuples: ``("c", value)``, ``("v", handle)``, ``("cast", x)``,
+#: ``(operation, x, y)``, ``("k", low, high)`` (a part already bounded); ``None`` where
+#: nothing is known (a load, an unknown call). Made by
+#: :func:`tilewave.analysis.interval_bounds.interval_tree`.
+IntervalTree = tuple[Any, ...] | None
 
 #: (period or None when not periodic, whether the tree mentions the variable)
 _Period = tuple[int | None, bool]
