@@ -430,6 +430,9 @@ _MBARRIER_OPS = ("tirx.ptx.mbarrier_", "tirx.cuda.mbarrier_wait")
 #: loads that complete on an mbarrier (TMA tensor loads and plain bulk copies)
 _TMA_LOAD = ("tirx.ptx.cp_async_bulk_tensor_g2s", "tirx.ptx.cp_async_bulk_g2s")
 _WGMMA_CONTROL = ("tirx.ptx.wgmma_fence", "tirx.ptx.wgmma_commit", "tirx.ptx.wgmma_wait")
+#: ops with accesses of their own in :meth:`_AccessCollector.visit_Call` (descriptor reads,
+#: mbarrier objects, a copy's completion mbarrier): only the collector reads them
+_COLLECTOR_CALLS = (_WGMMA_MMA, *_MBARRIER_OPS, *_TMA_LOAD)
 
 
 def _domain_of(name: str) -> str | None:
@@ -587,8 +590,6 @@ def _plain_call_accesses(
     return _returned(collector)
 
 
-#: ops whose accesses only the collector finds (descriptor reads, mbarrier objects)
-_COLLECTOR_CALLS = ("tirx.ptx.wgmma_", "tirx.ptx.mbarrier_", "tirx.cuda.mbarrier_wait")
 _ADDRESS_OF = "tirx.address_of"
 _TO_SHARED = "tirx.cuda.cvta_generic_to_shared"
 
