@@ -174,13 +174,40 @@ def _range_values(start: int, count: int, step: int) -> np.ndarray:
 
 
 def _flat(access: SharedAccess) -> Any:
-    shape = access.buffer.ty.shape
-    if any(not isinstance(e, tirx.IntImm) for e in shape):
-        raise _NotEnumerable("symbolic buffer shape")
     flat: Any = None
-    for idx, ext in zip(access.resolved_indices, shape, strict=True):
-        flat = idx if flat is None else flat * int(ext.value) + idx
+    for idx, ext in zip(access.resolved_indices, _constant_shape(access), strict=True):
+        flat = idx if flat is None else flat * ext + idx
     return flat
+
+
+def _constant_shape(access: SharedAccess) -> list[int]:
+    shape = ffi_list(access.buffer.ty.shape)
+    if any(type(e) is not tirx.IntImm for e in shape):  # (TIR classes have no subclasses)
+        raise _NotEnumerable("symbolic buffer shape")
+    return [int(e.value) for e in shape]
+
+
+def _peeled_flat(access: SharedAccess) -> tuple[Any, int]:
+    """The flattened index of ``access`` as ``base + offset``: constant terms added at the
+    top of an index (``... + 256`` of an unrolled store) are summed into ``offset``, times
+    the index's stride; ``base`` flattens what is left."""
+    shape = _constant_shape(access)
+    base: Any = None
+    offset = 0
+    for idx, ext in zip(access.resolved_indices, shape, strict=True):
+        term = 0
+        while type(idx) is tirx.Add:
+            if type(idx.b) is tirx.IntImm:
+                term += int(idx.b.value)
+                idx = idx.a
+            elif type(idx.a) is tirx.IntImm:
+                term += int(idx.a.value)
+                idx = idx.b
+            else:
+                break
+        base = idx if base is None else base * ext + idx
+        offset = offset * ext + term
+    return base, offset
 
 
 def _free_vars(exprs: list[Any]) -> list[Any]:
@@ -412,8 +439,12 @@ def _one_per_residue(
 class _Side:
     """One access's addresses and threads for a given assignment of some loop variables."""
 
-    def __init__(self, access: SharedAccess, thread_extents: Mapping[Any, int]) -> None:
-        self.flat = _flat(access)
+    def __init__(
+        self, access: SharedAccess, thread_extents: Mapping[Any, int], flat: Any = None
+    ) -> None:
+        #: the flattened index (``flat``: another flattening of the access's indices, such
+        #: as :func:`_peeled_flat`'s base)
+        self.flat = _flat(access) if flat is None else flat
         self.conditions = [c for cond in access.path_conditions for c in _conjuncts(cond)]
         #: the variables each condition reads (asked per thread variable and per loop)
         self._condition_vars = [_free_vars([cond]) for cond in self.conditions]
@@ -854,10 +885,52 @@ def whole_space_points(access: SharedAccess, thread_extents: Mapping[Any, int]) 
     indices; None otherwise."""
     if access.resolved_indices is None or not access.indices_analysable:
         return None
+    cached = access.memo.get("whole_space_points")
+    if cached is not None and cached[0] == id(thread_extents):
+        return cached[1]  # type: ignore[no-any-return]
+    points = _shifted_whole_points(access, thread_extents)
+    access.memo["whole_space_points"] = (id(thread_extents), points)
+    return points
+
+
+def _shifted_whole_points(
+    access: SharedAccess, thread_extents: Mapping[Any, int]
+) -> _Points | None:
+    """:func:`whole_space_points` as the points of the access's base index
+    (:func:`_peeled_flat`) moved by its constant offset. The base's points are remembered
+    for the analysis run by the base (structurally), the path conditions and the loops:
+    the stores of an unrolled epilogue differ by constants, and their spaces are
+    enumerated once per base instead of once per store. (The offset reads no variable, so
+    the thread values and loop periods the enumeration picks are the base's too.)"""
     try:
-        return _side(access, thread_extents).whole_points()
+        base, offset = _peeled_flat(access)
     except _NotEnumerable:
         return None
+    loops = tuple(
+        (hash(lp.var), lp.min, lp.extent, lp.step, None if lp.loop is None else hash(lp.loop))
+        for lp in access.loops
+    )
+    key = (tvm_ffi.StructuralKey([base, list(access.path_conditions)]), loops)
+    found, entry = _BASE_POINTS.lookup(key, thread_extents)
+    if found:
+        points = entry[0]
+    else:
+        try:
+            # (no offset: the access's own side, which its proofs share)
+            side = _side(access, thread_extents) if offset == 0 else None
+            points = (side or _Side(access, thread_extents, flat=base)).whole_points()
+        except _NotEnumerable:
+            points = None
+        # (the key names loops by handle: the entry keeps them alive, so no handle comes
+        # to stand for another node while it exists)
+        _BASE_POINTS.put(key, thread_extents, (points, access.loops))
+    if points is None or offset == 0:
+        return points
+    return _Points(points.keys + offset, points.lo, points.hi)
+
+
+#: whole-space points of base indices (:func:`_shifted_whole_points`)
+_BASE_POINTS = FootprintCache()
 
 
 def small_spaces_overlap(
