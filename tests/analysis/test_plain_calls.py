@@ -6,8 +6,9 @@ strings, arithmetic, loads of non-shared memory and ``T.address_of(B[i])`` (poss
 ``cvta_generic_to_shared``) at load-free indices without the C++ collector walk. The
 property: on random such calls (and on operands the Python way leaves to the collector: a
 shared load, a load inside an address, another call) both ways report the same accesses,
-in the same order, with the same copy regions, domains and collectiveness. The collector
-way is forced with a descriptor map, as in ``test_plain_loads.py``.
+in the same order, with the same copy regions, domains and collectiveness (the collector's
+way: ``collected_accesses``), with a wgmma descriptor map or without one, as in
+``test_plain_loads.py``.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from hypothesis import given, settings
 from kernel_text import first_node
 from tvm import tirx
 
-from tilewave.analysis.shared_access import AccessScope, statement_accesses
+from tilewave.analysis.shared_access import (
+    AccessScope,
+    collected_accesses,
+    statement_accesses,
+)
 
-#: a descriptor map that sends every statement through the collector (no wgmma reads it)
-_THROUGH_THE_COLLECTOR = {"no wgmma": []}
+#: a descriptor map of a kernel with wgmma (here: none of its entries is read)
+_DESCRIPTORS = {"no wgmma": []}
 
 _INDICES = st.sampled_from(["tx * 8", "tx * 8 + n", "(tx ^ 3) * 8", "tx // 4 * 64 + tx % 4 * 8"])
 
@@ -103,8 +108,9 @@ def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
 def test_calls_on_addresses_report_what_the_collector_reports(op, registers, addresses):
     stmt = _call(op, registers, addresses)
     fast = statement_accesses(stmt, AccessScope())
-    collected = statement_accesses(stmt, AccessScope(), descriptors=_THROUGH_THE_COLLECTOR)
-    assert _described(fast) == _described(collected)
+    with_descriptors = statement_accesses(stmt, AccessScope(), descriptors=_DESCRIPTORS)
+    collected = collected_accesses(stmt, AccessScope())
+    assert _described(fast) == _described(with_descriptors) == _described(collected)
 
 
 def test_a_copy_into_shared_memory_is_an_async_write_of_its_region():

@@ -4,9 +4,9 @@
 comparisons, casts, variables, constants and loads through
 :func:`tilewave.analysis.plain_loads.plain_loads` instead of the C++ collector walk. The
 property: on random stores (calls included, which the Python walk leaves to the collector)
-both ways report the same accesses in the same order. The collector way is forced with a
-descriptor map (it turns the Python way off and changes nothing else for stores without a
-``wgmma``).
+both ways report the same accesses in the same order (the collector's way:
+``collected_accesses``), with a wgmma descriptor map or without one (descriptors are read
+only by wgmma calls, which the Python way leaves to the collector).
 """
 
 from __future__ import annotations
@@ -20,17 +20,21 @@ from kernel_text import first_node
 from tvm import ir, tirx
 
 from tilewave.analysis.plain_loads import plain_loads
-from tilewave.analysis.shared_access import AccessScope, statement_accesses
+from tilewave.analysis.shared_access import (
+    AccessScope,
+    collected_accesses,
+    statement_accesses,
+)
 
-#: a descriptor map that sends every statement through the collector (no wgmma reads it)
-_THROUGH_THE_COLLECTOR = {"no wgmma": []}
+#: a descriptor map of a kernel with wgmma (here: none of its entries is read)
+_DESCRIPTORS = {"no wgmma": []}
 
 _LEAVES = st.sampled_from(["tx", "0", "3", "n"])
 
 
 def _expressions() -> st.SearchStrategy[str]:
     def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-        binary = st.tuples(inner, st.sampled_from(["+", "-", "*"]), inner).map(
+        binary = st.tuples(inner, st.sampled_from(["+", "-", "*", "^", "&", "|"]), inner).map(
             lambda t: f"({t[0]} {t[1]} {t[2]})"
         )
         # (constant divisors: the parser folds constants and refuses a zero one)
@@ -43,10 +47,15 @@ def _expressions() -> st.SearchStrategy[str]:
         load = st.tuples(st.sampled_from(["S", "R", "A", "L"]), inner).map(
             lambda t: f"{t[0]}[{t[1]} % 8]"
         )
+        # (constant shift counts: the parser folds constants and refuses large ones)
+        shift = st.tuples(inner, st.sampled_from([">>", "<<"]), st.sampled_from("123")).map(
+            lambda t: f"({t[0]} {t[1]} {t[2]})"
+        )
+        inverted = inner.map(lambda e: f"(~{e})")
         cast = inner.map(lambda e: f'T.Cast("int32", {e})')
         call = inner.map(lambda e: f'T.call_extern("int32", "f", {e})')
         # (calls rarer: an expression with one goes to the collector both ways)
-        return st.one_of(binary, load, binary, load, division, minmax, cast, call)
+        return st.one_of(binary, load, binary, load, division, shift, inverted, minmax, cast, call)
 
     return st.recursive(_LEAVES, extend, max_leaves=10)
 
@@ -80,8 +89,9 @@ def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
 def test_plain_stores_report_what_the_collector_reports(target, index, value):
     stmt = _store(target, index, value)
     fast = statement_accesses(stmt, AccessScope())
-    collected = statement_accesses(stmt, AccessScope(), descriptors=_THROUGH_THE_COLLECTOR)
-    assert _described(fast) == _described(collected)
+    with_descriptors = statement_accesses(stmt, AccessScope(), descriptors=_DESCRIPTORS)
+    collected = collected_accesses(stmt, AccessScope())
+    assert _described(fast) == _described(with_descriptors) == _described(collected)
 
 
 def test_a_call_leaves_the_expression_to_the_collector():
@@ -102,3 +112,13 @@ def test_loads_come_after_the_loads_in_their_indices():
     assert plain_loads(stmt.value, found)
     assert [buffer.name for buffer, _ in found] == ["R", "S", "S"]
     assert all(type(i) is not ir.expr.Call for _, idx in found for i in idx)
+
+
+def test_swizzle_operators_are_read_in_python_operands_in_order():
+    for op in ("^", "&", "|", ">>", "<<"):
+        stmt = _store("S", f"(tx {op} R[n % 8])", f"(S[tx % 8] {op} R[1 % 8]) + (~L[2 % 8])")
+        found: list[Any] = []
+        assert plain_loads(stmt.value, found), op
+        assert [buffer.name for buffer, _ in found] == ["S", "R", "L"], op
+        fast = statement_accesses(stmt, AccessScope())
+        assert _described(fast) == _described(collected_accesses(stmt, AccessScope())), op

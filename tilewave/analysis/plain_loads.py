@@ -1,10 +1,11 @@
 """The loads of a call-free expression, in evaluation order, found in Python.
 
 Most statements of a kernel store arithmetic on loads, variables and constants
-(``S[tx] = S[tx] + 1``, ``B[r, tx] = S[(tx + 3) % 128]``). For those, what the access
-collector (:class:`tilewave.analysis.shared_access._AccessCollector`, a C++ walk calling
-back into Python at every load and call) reports is just every load of a shared buffer, its
-indices' loads first. A walk in Python over exactly those node classes finds them at a
+(``S[tx] = S[tx] + 1``, ``B[r, tx] = S[(tx + 3) % 128]``, swizzled indices with ``^``,
+``&`` and shifts). For those, what the access collector
+(:class:`tilewave.analysis.shared_access._AccessCollector`, a C++ walk calling back into
+Python at every load and call) reports is just every load of a shared buffer, its indices'
+loads first. A walk in Python over exactly those node classes finds them at a
 fraction of the cost; any other node (a call above all: address-taking ops, async copies,
 intrinsics) makes it give up, and the collector decides.
 """
@@ -26,7 +27,8 @@ _BINARY = frozenset(
     {
         tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.Mod, tirx.FloorDiv, tirx.FloorMod,
         tirx.Min, tirx.Max, tirx.EQ, tirx.NE, tirx.LT, tirx.LE, tirx.GT, tirx.GE,
-        tirx.And, tirx.Or,
+        tirx.And, tirx.Or, tirx.BitwiseAnd, tirx.BitwiseOr, tirx.BitwiseXor, tirx.LShift,
+        tirx.RShift,
     }
 )  # fmt: skip
 _LOAD = ir.expr.TensorLoad
@@ -50,6 +52,6 @@ def plain_loads(expr: Any, found: list[tuple[Any, list[Any]]]) -> bool:
         return True
     if kind is tirx.Cast:
         return plain_loads(expr.value, found)
-    if kind is tirx.Not:
+    if kind is tirx.Not or kind is tirx.BitwiseNot:
         return plain_loads(expr.a, found)
     return False

@@ -495,16 +495,32 @@ def statement_accesses(
             "walk compound statements and pass their leaves"
         )
     stores_shared = is_store and is_shared_buffer(stmt.buffer)
-    if is_store and not descriptors and not scope.binds_pointers:
+    # (the Python readings below take no wgmma call, the only reader of ``descriptors``)
+    if is_store and not scope.binds_pointers:
         found = _plain_store_accesses(stmt, stores_shared, scope, func_name, scalars, storage)
         if found is not None:
             return found
     if not stores_shared and not descriptors and not _names_shared_memory(stmt, scope):
         return []
-    if not is_store and not descriptors and not scope.binds_pointers:
+    if not is_store and not scope.binds_pointers:
         found = _plain_call_accesses(stmt, scope, func_name, scalars, storage)
         if found is not None:
             return found
+    return collected_accesses(stmt, scope, func_name, descriptors, scalars, storage)
+
+
+def collected_accesses(
+    stmt: Any,
+    scope: AccessScope,
+    func_name: str | None = None,
+    descriptors: Mapping[Any, list[DescriptorSource]] | None = None,
+    scalars: Mapping[Any, Any] | None = None,
+    storage: StorageMap | None = None,
+) -> list[SharedAccess]:
+    """:func:`statement_accesses` of a leaf statement as the collector's walk finds them
+    (the reference the Python readings of plain stores and op calls are tested against)."""
+    is_store = type(stmt) is tirx.BufferStore
+    stores_shared = is_store and is_shared_buffer(stmt.buffer)
     collector = _borrowed_collector(stmt, scope, func_name, descriptors, scalars, storage)
     if is_store:
         # (a variable or constant holds no load or call: most indices and many values; a
