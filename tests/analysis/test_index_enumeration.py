@@ -6,7 +6,6 @@ read only through ``t // g`` or not at all)."""
 from __future__ import annotations
 
 import itertools
-import operator
 from typing import Any
 
 import hypothesis.strategies as st
@@ -22,8 +21,9 @@ from enumeration_space import (
     TY_EXTENT,
     K,
 )
+from expr_eval import evaluate
 from hypothesis import example, given, settings
-from tvm import ir, tirx
+from tvm import tirx
 
 from tilewave.analysis.index_enumeration import (
     ANY,
@@ -33,28 +33,6 @@ from tilewave.analysis.index_enumeration import (
     whole_space_points,
 )
 from tilewave.analysis.shared_access import AccessKind, AccessScope, SharedAccess
-
-_OPS = {
-    tirx.Add: operator.add,
-    tirx.Sub: operator.sub,
-    tirx.Mul: operator.mul,
-    tirx.FloorDiv: operator.floordiv,
-    tirx.FloorMod: operator.mod,
-    tirx.LT: operator.lt,
-    tirx.EQ: operator.eq,
-    tirx.And: lambda a, b: a and b,
-}
-
-
-def evaluate(expr: Any, env: dict[str, int]) -> int:
-    """Python value of a generated expression (no TVM analysis, no NumPy)."""
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value)
-    if isinstance(expr, tirx.Cast):  # only casts to bool are generated
-        return int(evaluate(expr.value, env) != 0)
-    if isinstance(expr, ir.expr.Var):
-        return env[str(expr.name)]
-    return int(_OPS[type(expr)](evaluate(expr.a, env), evaluate(expr.b, env)))
 
 
 def thread_term(draw: Any) -> Any:

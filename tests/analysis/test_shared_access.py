@@ -5,13 +5,13 @@ distances of multibuffered loops)."""
 from __future__ import annotations
 
 import itertools
-import operator
 from typing import Any
 
 import hypothesis.strategies as st
 import pytest
+from expr_eval import evaluate
 from hypothesis import given, settings
-from tvm import ir, tirx
+from tvm import tirx
 from tvm.script import tirx as T
 
 from tilewave.analysis.shared_access import (
@@ -51,31 +51,6 @@ BOUND = tirx.Var("bound", "int32")  # a Bind variable in some generated indices/
 
 
 # ---------------------------------------------------------------- a tiny evaluator
-
-
-_BINARY = {
-    tirx.Add: operator.add,
-    tirx.Sub: operator.sub,
-    tirx.Mul: operator.mul,
-    tirx.FloorDiv: operator.floordiv,
-    tirx.FloorMod: operator.mod,
-    tirx.BitwiseAnd: operator.and_,
-    tirx.RShift: operator.rshift,
-    tirx.LT: operator.lt,
-    tirx.GE: operator.ge,
-    tirx.EQ: operator.eq,
-}
-
-
-def evaluate(expr: Any, env: dict[str, int]) -> int:
-    """Python value of a generated expression (independent of TVM's analyzer)."""
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value)
-    if isinstance(expr, ir.expr.Var):
-        return env[str(expr.name)]
-    if isinstance(expr, tirx.Not):
-        return int(not evaluate(expr.a, env))
-    return int(_BINARY[type(expr)](evaluate(expr.a, env), evaluate(expr.b, env)))
 
 
 # ---------------------------------------------------------------- generated accesses

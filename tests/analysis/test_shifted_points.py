@@ -2,19 +2,19 @@
 (``whole_space_points`` enumerates the base once per analysis run and moves its points by
 each access's offset): every answer equals a brute-force listing of the addresses and of
 the lowest and highest thread touching each, over every thread and iteration, whatever
-the offsets (either operand of an ``Add``, any dimension of a 2-D buffer) and path
+the offsets (either operand of an ``Add``, a ``Sub``, any dimension of a 2-D buffer) and path
 conditions of the accesses sharing the base."""
 
 from __future__ import annotations
 
 import itertools
-import operator
 from typing import Any
 
 import hypothesis.strategies as st
 import numpy as np
+from expr_eval import evaluate
 from hypothesis import given, settings
-from tvm import ir, tirx
+from tvm import tirx
 from tvm.script import tirx as T
 
 import tilewave.analysis.index_enumeration as enumeration
@@ -45,26 +45,6 @@ BUFFER, TY, TX, K_LOOP = _parts()
 K = K_LOOP.loop_var
 K_RANGE = LoopRange.of(K_LOOP, AccessScope(), [TX, TY])
 
-_OPS = {
-    tirx.Add: operator.add,
-    tirx.Sub: operator.sub,
-    tirx.Mul: operator.mul,
-    tirx.FloorDiv: operator.floordiv,
-    tirx.FloorMod: operator.mod,
-    tirx.LT: operator.lt,
-    tirx.EQ: operator.eq,
-}
-
-
-def evaluate(expr: Any, env: dict[str, int]) -> int:
-    """Python value of a generated expression (no TVM analysis, no NumPy)."""
-    if isinstance(expr, tirx.IntImm):
-        return int(expr.value)
-    if isinstance(expr, ir.expr.Var):
-        return env[str(expr.name)]
-    return int(_OPS[type(expr)](evaluate(expr.a, env), evaluate(expr.b, env)))
-
-
 @st.composite
 def base_index(draw: Any) -> Any:
     """A non-negative index over the threads and the loop (small: offsets keep it inside
@@ -82,15 +62,21 @@ def base_index(draw: Any) -> Any:
     return expr
 
 
-def with_offset(index: Any, constants: list[tuple[int, bool]]) -> Any:
-    """``index`` with constants added at the top, each on the left or on the right."""
-    for value, left in constants:
+def with_offset(index: Any, constants: list[tuple[int, str]]) -> Any:
+    """``index`` with constants added at the top (on the left or on the right) or
+    subtracted."""
+    for value, how in constants:
+        if how == "sub":
+            index = tirx.Sub(tirx.Add(index, tirx.IntImm("int32", 8)), tirx.IntImm("int32", value))
+            continue
         constant = tirx.IntImm("int32", value)
-        index = tirx.Add(constant, index) if left else tirx.Add(index, constant)
+        index = tirx.Add(constant, index) if how == "left" else tirx.Add(index, constant)
     return index
 
 
-offsets = st.lists(st.tuples(st.integers(0, 7), st.booleans()), max_size=2)
+offsets = st.lists(
+    st.tuples(st.integers(0, 7), st.sampled_from(["left", "right", "sub"])), max_size=2
+)
 conditions = st.sampled_from([(), ((TX < 5, True),), ((tirx.EQ(TY, 1), True),), ((K < 2, False),)])
 
 

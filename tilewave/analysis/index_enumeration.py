@@ -188,21 +188,25 @@ def _constant_shape(access: SharedAccess) -> list[int]:
 
 
 def _peeled_flat(access: SharedAccess) -> tuple[Any, int]:
-    """The flattened index of ``access`` as ``base + offset``: constant terms added at the
-    top of an index (``... + 256`` of an unrolled store) are summed into ``offset``, times
-    the index's stride; ``base`` flattens what is left."""
+    """The flattened index of ``access`` as ``base + offset``: constant terms added or
+    subtracted at the top of an index (``... + 256``, ``... - 2048`` of an unrolled store)
+    are summed into ``offset``, times the index's stride; ``base`` flattens what is left."""
     shape = _constant_shape(access)
     base: Any = None
     offset = 0
     for idx, ext in zip(access.resolved_indices, shape, strict=True):
         term = 0
-        while type(idx) is tirx.Add:
-            if type(idx.b) is tirx.IntImm:
+        while True:
+            kind = type(idx)
+            if kind is tirx.Add and type(idx.b) is tirx.IntImm:
                 term += int(idx.b.value)
                 idx = idx.a
-            elif type(idx.a) is tirx.IntImm:
+            elif kind is tirx.Add and type(idx.a) is tirx.IntImm:
                 term += int(idx.a.value)
                 idx = idx.b
+            elif kind is tirx.Sub and type(idx.b) is tirx.IntImm:
+                term -= int(idx.b.value)
+                idx = idx.a
             else:
                 break
         base = idx if base is None else base * ext + idx
