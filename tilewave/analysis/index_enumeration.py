@@ -889,11 +889,15 @@ def whole_space_points(access: SharedAccess, thread_extents: Mapping[Any, int]) 
     indices; None otherwise."""
     if access.resolved_indices is None or not access.indices_analysable:
         return None
-    cached = access.memo.get("whole_space_points")
+    # (remembered per footprint: accesses of many statements share one, and equal
+    # footprints flatten to the same base and offset)
+    footprint = access.footprint
+    memo = footprint.memo if footprint is not None else access.memo
+    cached = memo.get("whole_space_points")
     if cached is not None and cached[0] == id(thread_extents):
         return cached[1]  # type: ignore[no-any-return]
     points = _shifted_whole_points(access, thread_extents)
-    access.memo["whole_space_points"] = (id(thread_extents), points)
+    memo["whole_space_points"] = (id(thread_extents), points)
     return points
 
 
