@@ -174,8 +174,13 @@ def _range_values(start: int, count: int, step: int) -> np.ndarray:
 
 
 def _flat(access: SharedAccess) -> Any:
+    return _flattened(access.resolved_indices, _constant_shape(access))
+
+
+def _flattened(indices: Any, shape: list[int]) -> Any:
+    """One index over a buffer of ``shape`` (row-major) standing for ``indices``."""
     flat: Any = None
-    for idx, ext in zip(access.resolved_indices, _constant_shape(access), strict=True):
+    for idx, ext in zip(indices, shape, strict=True):
         flat = idx if flat is None else flat * ext + idx
     return flat
 
@@ -192,26 +197,31 @@ def _peeled_flat(access: SharedAccess) -> tuple[Any, int]:
     subtracted at the top of an index (``... + 256``, ``... - 2048`` of an unrolled store)
     are summed into ``offset``, times the index's stride; ``base`` flattens what is left."""
     shape = _constant_shape(access)
-    base: Any = None
+    bases: list[Any] = []
     offset = 0
     for idx, ext in zip(access.resolved_indices, shape, strict=True):
-        term = 0
-        while True:
-            kind = type(idx)
-            if kind is tirx.Add and type(idx.b) is tirx.IntImm:
-                term += int(idx.b.value)
-                idx = idx.a
-            elif kind is tirx.Add and type(idx.a) is tirx.IntImm:
-                term += int(idx.a.value)
-                idx = idx.b
-            elif kind is tirx.Sub and type(idx.b) is tirx.IntImm:
-                term -= int(idx.b.value)
-                idx = idx.a
-            else:
-                break
-        base = idx if base is None else base * ext + idx
+        base, term = _peeled(idx)
+        bases.append(base)
         offset = offset * ext + term
-    return base, offset
+    return _flattened(bases, shape), offset
+
+
+def _peeled(idx: Any) -> tuple[Any, int]:
+    """``idx`` as ``rest + term``, the constants added or subtracted at its top summed."""
+    term = 0
+    while True:
+        kind = type(idx)
+        if kind is tirx.Add and type(idx.b) is tirx.IntImm:
+            term += int(idx.b.value)
+            idx = idx.a
+        elif kind is tirx.Add and type(idx.a) is tirx.IntImm:
+            term += int(idx.a.value)
+            idx = idx.b
+        elif kind is tirx.Sub and type(idx.b) is tirx.IntImm:
+            term -= int(idx.b.value)
+            idx = idx.a
+        else:
+            return idx, term
 
 
 def _free_vars(exprs: list[Any]) -> list[Any]:
