@@ -16,19 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
-import tvm_ffi
+from collector_reference import three_readings
 from hypothesis import given, settings
 from kernel_text import first_node
 from tvm import tirx
 
 from tilewave.analysis.shared_access import (
     AccessScope,
-    collected_accesses,
     statement_accesses,
 )
-
-#: a descriptor map of a kernel with wgmma (here: none of its entries is read)
-_DESCRIPTORS = {"no wgmma": []}
 
 _INDICES = st.sampled_from(["tx * 8", "tx * 8 + n", "(tx ^ 3) * 8", "tx // 4 * 64 + tx % 4 * 8"])
 
@@ -84,21 +80,6 @@ def k(A: T.Buffer((512,), "float16"), n: T.int32):
     )
 
 
-def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
-    return [
-        (
-            hash(a.buffer),
-            a.kind,
-            None if a.indices is None else tvm_ffi.StructuralKey(list(a.indices)),
-            tuple((lp.min, lp.extent) for lp in a.loops),
-            a.async_domain,
-            a.collective,
-            a.mbarrier_access,
-        )
-        for a in accesses
-    ]
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     op=st.sampled_from(["ldmatrix", "cp", "bulk"]),
@@ -107,10 +88,8 @@ def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
 )
 def test_calls_on_addresses_report_what_the_collector_reports(op, registers, addresses):
     stmt = _call(op, registers, addresses)
-    fast = statement_accesses(stmt, AccessScope())
-    with_descriptors = statement_accesses(stmt, AccessScope(), descriptors=_DESCRIPTORS)
-    collected = collected_accesses(stmt, AccessScope())
-    assert _described(fast) == _described(with_descriptors) == _described(collected)
+    fast, with_descriptors, collected = three_readings(stmt)
+    assert fast == with_descriptors == collected
 
 
 def test_a_copy_into_shared_memory_is_an_async_write_of_its_region():

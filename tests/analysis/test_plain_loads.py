@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import hypothesis.strategies as st
-import tvm_ffi
+from collector_reference import three_readings
 from hypothesis import given, settings
 from kernel_text import first_node
 from tvm import ir, tirx
@@ -22,12 +22,8 @@ from tvm import ir, tirx
 from tilewave.analysis.plain_loads import plain_loads
 from tilewave.analysis.shared_access import (
     AccessScope,
-    collected_accesses,
     statement_accesses,
 )
-
-#: a descriptor map of a kernel with wgmma (here: none of its entries is read)
-_DESCRIPTORS = {"no wgmma": []}
 
 _LEAVES = st.sampled_from(["tx", "0", "3", "n"])
 
@@ -75,23 +71,14 @@ def k(A: T.Buffer((64,), "int32"), n: T.int32):
     )
 
 
-def _described(accesses: list[Any]) -> list[tuple[Any, ...]]:
-    return [
-        (hash(a.buffer), a.kind, tuple(tvm_ffi.StructuralKey(i) for i in a.indices))
-        for a in accesses
-    ]
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     target=st.sampled_from(["S", "A", "L"]), index=_expressions(), value=_expressions()
 )
 def test_plain_stores_report_what_the_collector_reports(target, index, value):
     stmt = _store(target, index, value)
-    fast = statement_accesses(stmt, AccessScope())
-    with_descriptors = statement_accesses(stmt, AccessScope(), descriptors=_DESCRIPTORS)
-    collected = collected_accesses(stmt, AccessScope())
-    assert _described(fast) == _described(with_descriptors) == _described(collected)
+    fast, with_descriptors, collected = three_readings(stmt)
+    assert fast == with_descriptors == collected
 
 
 def test_a_call_leaves_the_expression_to_the_collector():
@@ -120,5 +107,5 @@ def test_swizzle_operators_are_read_in_python_operands_in_order():
         found: list[Any] = []
         assert plain_loads(stmt.value, found), op
         assert [buffer.name for buffer, _ in found] == ["S", "R", "L"], op
-        fast = statement_accesses(stmt, AccessScope())
-        assert _described(fast) == _described(collected_accesses(stmt, AccessScope())), op
+        fast, with_descriptors, collected = three_readings(stmt)
+        assert fast == with_descriptors == collected, op
