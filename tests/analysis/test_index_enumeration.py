@@ -182,13 +182,15 @@ def test_small_spaces_overlap_is_the_enumerated_answer(index_a, index_b, conds_a
 
 @settings(deadline=None, max_examples=100)
 @given(
-    members=st.lists(st.tuples(indices(), conditions()), min_size=1, max_size=5),
+    members=st.lists(st.tuples(indices(), conditions()), min_size=1, max_size=11),
     new=st.tuples(indices(), conditions()),
     ordered=st.booleans(),
 )
 def test_merged_points_answer_as_any_pair(members, new, ordered):
     """Each growing prefix of the group is asked (the placer's pattern: one more landed
-    store per statement), so merges from a remembered prefix are checked too."""
+    store per statement), so merges from a remembered prefix are checked too; up to 11
+    members, so runs of 1, 2, 4 and 8 members are merged and carried; a fresh object asked
+    the whole group at once builds it from its first member."""
     group = [access(AccessKind.WRITE, index, conds) for index, conds in members]
     b = access(AccessKind.READ, *new)
     merged = MergedPoints()
@@ -198,3 +200,4 @@ def test_merged_points_answer_as_any_pair(members, new, ordered):
         want = any(small_spaces_overlap(a, b, EXTENTS, ordered) for a in prefix)
         points = tuple(whole_space_points(a, EXTENTS) for a in prefix)
         assert merged.overlaps_any(points, points_b, ordered) is want
+    assert MergedPoints().overlaps_any(points, points_b, ordered) is want

@@ -970,13 +970,17 @@ def small_spaces_overlap(
 class MergedPoints:
     """Answers whether some points overlap those of any member of a group, over the
     members' points merged (each address with the lowest and highest thread of any member
-    there: the answer :func:`_overlap` gives some pair). Merged groups are remembered, and
-    a group that extends a remembered one by a member merges just that one (a run of
-    statements between barriers grows its group one access at a time). One per analysis
-    run."""
+    there: the answer :func:`_overlap` gives some pair). A group is kept as a few merged
+    runs whose member counts are distinct powers of two, largest first (a binary counter:
+    a member added merges only runs of equal size, so each member is copied O(log n) times
+    as a group grows, where one merged set would copy the whole group at every member),
+    and some points overlap a member of the group exactly when they overlap a member of
+    some run. Groups are remembered, and a group that extends a remembered one by a member
+    adds just that one (a run of statements between barriers grows its group one access
+    at a time). One per analysis run."""
 
     def __init__(self) -> None:
-        self._merged: dict[tuple[_Points, ...], _Points] = {}
+        self._runs: dict[tuple[_Points, ...], tuple[tuple[_Points, int], ...]] = {}
 
     def overlaps_any(
         self, group: tuple[_Points, ...], points: _Points, same_thread_ordered: bool
@@ -984,23 +988,35 @@ class MergedPoints:
         """Whether ``points`` overlap those of a member of ``group`` (see the class)."""
         if not group or points.size == 0:
             return False
-        return _overlap(self._merge(group), points, same_thread_ordered)
+        return any(_overlap(run, points, same_thread_ordered) for run, _ in self._runs_of(group))
 
-    def _merge(self, group: tuple[_Points, ...]) -> _Points:
-        found = self._merged.get(group)
+    def _runs_of(self, group: tuple[_Points, ...]) -> tuple[tuple[_Points, int], ...]:
+        found = self._runs.get(group)
         if found is not None:
             return found
         # from the remembered group one member shorter, else from the first member with
         # each prefix on the way remembered (the next group extends this one)
-        found = self._merged.get(group[:-1])
+        found = self._runs.get(group[:-1])
         start = len(group) - 1 if found is not None else 1
         if found is None:
-            found = group[0]
-        if len(self._merged) + len(group) - start >= _MERGED_LIMIT:
-            self._merged.clear()
+            found = ((group[0], 1),)
+        if len(self._runs) + len(group) - start >= _MERGED_LIMIT:
+            self._runs.clear()
         for end in range(start + 1, len(group) + 1):
-            found = self._merged[group[:end]] = _merged_pair(found, group[end - 1])
+            found = self._runs[group[:end]] = _with_member(found, group[end - 1])
         return found
+
+
+def _with_member(
+    runs: tuple[tuple[_Points, int], ...], member: _Points
+) -> tuple[tuple[_Points, int], ...]:
+    """``runs`` (merged points with their member counts, largest first) with one member
+    more: equal-sized last runs are merged, as a binary counter carries."""
+    out = [*runs, (member, 1)]
+    while len(out) > 1 and out[-1][1] == out[-2][1]:
+        (p, count), (q, _) = out[-2], out[-1]
+        out[-2:] = [(_merged_pair(p, q), 2 * count)]
+    return tuple(out)
 
 
 #: merged groups one :class:`MergedPoints` keeps (then it starts again)

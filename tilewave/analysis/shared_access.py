@@ -28,6 +28,7 @@ read it; it is re-exported here.
 from __future__ import annotations
 
 import enum
+import functools
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -374,8 +375,7 @@ class _AccessCollector(TIRVisitor):
                     self.accesses[-1].start = address_start(node, buffer)
                     continue
                 indices, var, count = region
-                zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
-                span = LoopRange(var, 0, count, bounds=(zero, end))
+                span = _element_span(var, count)
                 self.add(buffer, kind, indices, span, domain, collective, barrier)
 
     def _through_pointers(self, node: ir.expr.Call) -> ir.expr.Call:
@@ -420,9 +420,18 @@ class _AccessCollector(TIRVisitor):
                 self.add(source.buffer, AccessKind.READ, None, async_domain="wgmma")
                 continue
             indices, var, count = region
-            zero, end = tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
-            span = LoopRange(var, 0, count, bounds=(zero, end))
-            self.add(source.buffer, AccessKind.READ, indices, span, "wgmma")
+            self.add(source.buffer, AccessKind.READ, indices, _element_span(var, count), "wgmma")
+
+
+def _element_span(var: Any, count: int) -> LoopRange:
+    """The loop-like range ``var`` in ``[0, count)`` over the elements of a copy or operand
+    region (no ``For``)."""
+    return LoopRange(var, 0, count, bounds=_span_bounds(count))
+
+
+@functools.cache  # (constants: one pair per count serves every region; each costs an FFI call)
+def _span_bounds(count: int) -> tuple[Any, Any]:
+    return tirx.IntImm("int32", 0), tirx.IntImm("int32", count)
 
 
 _WGMMA_MMA = "tirx.ptx.wgmma_"

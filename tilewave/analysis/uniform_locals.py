@@ -29,7 +29,7 @@ from tilewave.analysis.shared_access import (
     is_thread_dependent,
 )
 from tilewave.analysis.shared_buffers import buffer_scope, is_buffer
-from tilewave.ir.walker import post_order_visit, statements_of
+from tilewave.ir.walker import ffi_list, post_order_visit, statements_of
 
 __all__ = ["uniform_local_buffers"]
 
@@ -97,16 +97,19 @@ def _locals_reached_by_calls(body: Any) -> set[int]:
     ``buffer.data``."""
     found: set[int] = set()
 
-    def add_buffers(node: Any) -> None:
-        if isinstance(node, ir.expr.Var) and is_buffer(node) and buffer_scope(node) == "local":
-            found.add(hash(node))
+    def add(var: Any) -> None:
+        if type(var) is ir.expr.Var and is_buffer(var) and buffer_scope(var) == "local":
+            found.add(hash(var))
 
     def check(node: Any) -> None:
-        if isinstance(node, tirx.Evaluate):
-            post_order_visit(node.value, add_buffers, (ir.expr.Var,))
-        elif isinstance(node, ir.expr.Call) and isinstance(node.op, ir.Op):
-            if node.op.name == "tirx.buffer_data":
-                post_order_visit(node, add_buffers, (ir.expr.Var,))
+        if type(node) is tirx.Evaluate:
+            # (its free variables, in one C++ walk: a buffer is never bound inside an
+            # expression, so every buffer named there is among them)
+            for var in ffi_list(tirx.analysis.undefined_vars(node.value, [])):
+                add(var)
+        elif isinstance(node.op, ir.Op) and node.op.name == "tirx.buffer_data":
+            for arg in ffi_list(node.args):  # (`S.data`: the buffer is its operand)
+                add(arg)
 
     post_order_visit(body, check, (tirx.Evaluate, ir.expr.Call))
     return found

@@ -131,6 +131,9 @@ _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
 #: pairs without a remembered verdict from which :meth:`_Placer.blocks_any` merges points
 #: (fewer: pair by pair, where the proof caches answer most)
 _MERGED_MEMBERS = 8
+#: :meth:`_Placer._landed_split`'s answer with the landed list it was for: (that list, how
+#: many instances may race by kind and memory, the mergeable ones' points, the others)
+_Split = tuple[list[Instance], int, list[Any], list[Instance]]
 
 
 class _ScopeFacts:
@@ -197,7 +200,7 @@ class _Placer:
         self._apart: set[tuple[Any, AccessScope]] = set()
         #: the scope after a ``Bind`` / inside a loop, per (statement, outer scope)
         self._scopes: dict[tuple[Any, AccessScope], AccessScope] = {}
-        self._counts: dict[Any, tuple[int, int]] = {}
+        self._counts: dict[int, tuple[tuple[int, int], Any]] = {}
         #: :meth:`_stepped` moves by (instance, loop, entering)
         self._steps: dict[tuple[Instance, Any, bool], Instance] = {}
         #: :meth:`issued` of each access
@@ -208,6 +211,9 @@ class _Placer:
         self._plain = Pending(True, frozenset())
         #: merged points of landed accesses (:meth:`blocks_any`)
         self._merged = MergedPoints()
+        #: :meth:`_landed_split`'s last answer by (kind, memory, buffer, rank), with its
+        #: landed list
+        self._splits: dict[tuple[Any, ...], _Split] = {}
         self._records[self._plain] = self._plain
 
     # -- facts ---------------------------------------------------------------------------
@@ -222,22 +228,25 @@ class _Placer:
         its async waits hold back (``wait(N)`` counts ``MAX_NEWER_GROUPS - N``);
         expressions are not entered: every synchronisation is an ``Evaluate`` statement.
         Remembered per node, so a rewritten body only costs its new statements."""
-        found = self._counts.get(stmt)
+        key = hash(stmt)  # (by handle: each read of a field is a new Python object)
+        found = self._counts.get(key)
         if found is not None:
-            return found
-        if type(stmt) is tirx.Evaluate:
-            found = _action_cost(self.sync_action(stmt))
+            return found[0]
+        kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
+        if kind is tirx.Evaluate:
+            counts = _action_cost(self.sync_action(stmt))
+        elif kind is tirx.SeqStmt:
+            counts = _summed(self.sync_counts(c) for c in statements_of(stmt))
+        elif is_leaf_statement(stmt):
+            counts = (0, 0)  # (no nested statement: nothing to count, no field to read)
         else:
-            if type(stmt) is tirx.SeqStmt:
-                children = statements_of(stmt)
-            else:
-                children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
-            counts = [
+            children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
+            counts = _summed(
                 self.sync_counts(c) for c in children if c is not None and node_is(c, tirx.Stmt)
-            ]
-            found = (sum(c[0] for c in counts), sum(c[1] for c in counts))
-        self._counts[stmt] = found
-        return found
+            )
+        # (the node kept alive with its counts: its handle cannot come to name another)
+        self._counts[key] = (counts, stmt)
+        return counts
 
     def sync_cost(self, new: Any, old: Any) -> tuple[int, int]:
         """What a loop body rewritten from ``old`` to ``new`` costs per iteration: barriers
@@ -385,18 +394,72 @@ class _Placer:
         ``may_conflict``, at the cost of one: a long run of stores between barriers, such
         as an unrolled epilogue, is otherwise asked pair by pair)."""
         for access in new:
-            unasked: list[Instance] = []
+            if not self._verdicts.get(access) and len(landed) >= _MERGED_MEMBERS:
+                points = unrelated_points(access, self.thread_extents)
+                if points is not None:
+                    # nothing remembered for this access: every instance is unasked, and
+                    # a run of landed stores is split the way it was one store ago
+                    count, group, unasked = self._landed_split(access, landed)
+                    if count >= _MERGED_MEMBERS:
+                        if self._merged.overlaps_any(tuple(group), points, True):
+                            return True
+                        if unasked and self.conflicts(access, unasked, first=True):
+                            return True
+                        continue
+            unasked = []
             if self.conflicts(access, landed, first=True, unasked=unasked):
                 return True
             if len(unasked) >= _MERGED_MEMBERS:
                 points = unrelated_points(access, self.thread_extents)
                 if points is not None:
-                    group, unasked = self.merged_members(access, unasked)
-                    if self._merged.overlaps_any(group, points, True):
+                    group_points, unasked = self.merged_members(access, unasked)
+                    if self._merged.overlaps_any(group_points, points, True):
                         return True
             if unasked and self.conflicts(access, unasked, first=True):
                 return True
         return False
+
+    def _landed_split(
+        self, access: SharedAccess, landed: list[Instance]
+    ) -> tuple[int, list[Any], list[Instance]]:
+        """For an access with no remembered verdict: how many ``landed`` instances it may
+        race with by kind and memory, and those split as :meth:`merged_members` splits
+        them (the points of the mergeable ones, the other instances). Remembered per
+        (kind, memory, buffer, rank) for the last list seen: between barriers each
+        statement lands after the previous one's check, so the next list extends that
+        one and only its new instances are looked at."""
+        writes = access.kind.writes
+        memory = access.memory_key
+        buffer = hash(access.buffer)
+        ndim = len(access.indices or ())
+        key = (writes, memory, buffer, ndim)
+        found = self._splits.get(key)
+        if found is not None and found[0] == landed[: len(found[0])]:
+            seen, count, group, rest = found
+            group, rest = list(group), list(rest)
+        else:
+            seen, count, group, rest = [], 0, [], []
+        anywhere = memory is ANY_MEMORY
+        extents = self.thread_extents
+        for inst in landed[len(seen) :]:
+            other = inst.access
+            if not (writes or other.kind.writes):
+                continue
+            other_key = other.memory_key
+            if not (anywhere or other_key is ANY_MEMORY or other_key == memory):
+                continue
+            count += 1
+            points = (
+                unrelated_points(other, extents)
+                if hash(other.buffer) == buffer and len(other.indices or ()) == ndim
+                else None
+            )
+            if points is None:
+                rest.append(inst)
+            else:
+                group.append(points)
+        self._splits[key] = (list(landed), count, group, rest)
+        return count, group, rest
 
     def merged_members(
         self, access: SharedAccess, unasked: list[Instance]
@@ -1274,6 +1337,15 @@ def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
         child = getattr(stmt, field, None)
         if isinstance(child, tirx.Stmt):
             yield from _sync_actions(child)
+
+
+def _summed(counts: Iterable[tuple[int, int]]) -> tuple[int, int]:
+    """Sums of :meth:`_Placer.sync_counts` pairs."""
+    barriers = strength = 0
+    for b, w in counts:
+        barriers += b
+        strength += w
+    return barriers, strength
 
 
 def _action_cost(action: SyncAction | None) -> tuple[int, int]:
