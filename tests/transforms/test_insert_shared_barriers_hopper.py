@@ -15,7 +15,8 @@ import tvm
 from tvm.script import tirx as T
 
 import tilewave
-from tilewave.analysis.shared_hazards import find_shared_hazards
+from tilewave.analysis.proxy_fence_check import MissingFenceHazard
+from tilewave.analysis.shared_hazards import HazardKind, find_shared_hazards
 from tilewave.errors import MalformedKernelError
 from tilewave.transforms.insert_shared_barriers import insert_shared_barriers
 
@@ -65,6 +66,52 @@ def init_then_wait_after(A: T.Buffer((64,), "float32")):
 
 def test_mbarrier_init_gets_fence_and_barrier_before_first_use():
     check(init_then_wait, init_then_wait_after)
+
+
+# --- a wgmma reads its shared operands through matrix descriptors --------------------------
+def wgmma_after_stores(barrier):
+    """Threads fill an A and a B tile with plain stores; one wgmma reads both through the
+    matrix descriptors built from their addresses (nowhere else named by the call)."""
+
+    @T.prim_func
+    def wgmma_reads(A: T.Buffer((4096,), "float16")):
+        for tx in T.thread_binding(128, thread="threadIdx.x"):
+            A_s = T.alloc_buffer((4096,), "float16", scope="shared.dyn")
+            B_s = T.alloc_buffer((512,), "float16", scope="shared.dyn")
+            acc = T.alloc_buffer((4,), "float32", scope="local")
+            desc_a = T.alloc_buffer((1,), "uint64", scope="local")
+            desc_b = T.alloc_buffer((1,), "uint64", scope="local")
+            for i in range(32):
+                A_s[i * 128 + tx] = A[i * 128 + tx]
+            for i in range(4):
+                B_s[i * 128 + tx] = A[i * 128 + tx]
+            T.ptx.wgmma.fence.sync.aligned()
+            T.cuda.wgmma.encode_matrix_descriptor(desc_a.data, T.address_of(A_s[0]), 1, 64, 3)
+            T.cuda.wgmma.encode_matrix_descriptor(desc_b.data, T.address_of(B_s[0]), 1, 64, 3)
+            if barrier:
+                T.tilewave.lds_barrier()  # the stores of every thread before the wgmma's reads
+            T.ptx["wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16"](
+                acc[0], acc[1], acc[2], acc[3], desc_a[0], desc_b[0], T.bool(True), 1, 1, 0, 0
+            )
+            T.ptx.wgmma.commit_group.sync.aligned()
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+
+    return wgmma_reads.with_attr("global_symbol", "wgmma_reads")
+
+
+def test_stores_read_by_a_wgmma_through_descriptors_get_a_barrier():
+    before, expected = wgmma_after_stores(False), wgmma_after_stores(True)
+    after = insert_shared_barriers(before, "sm_90a")
+    tvm.ir.assert_structural_equal(after, expected)
+    hazards = find_shared_hazards(before, "sm_90a")
+    fences = [h for h in hazards if isinstance(h, MissingFenceHazard)]
+    raw = {h.buffer for h in hazards if h.kind is HazardKind.RAW and h not in fences}
+    assert raw == {"A_s", "B_s"}
+    # what is left is the generic -> async proxy fence, InjectFenceProxy's to insert
+    left = find_shared_hazards(after, "sm_90a")
+    assert left and all(isinstance(h, MissingFenceHazard) for h in left)
+    lowered = tilewave.lower(before, "sm_90a")["wgmma_reads"]  # (the fence pass included)
+    assert find_shared_hazards(lowered, "sm_90a") == []
 
 
 # --- a warp role's own barrier is a named barrier over the role ---------------------------

@@ -598,6 +598,26 @@ def _plain_call_accesses(
     decides."""
     if type(stmt) is not tirx.Evaluate:
         return None
+    key = hash(stmt)
+    found = _CALL_READINGS.get(key)
+    if found is None:
+        # (the node kept alive with its reading: its handle cannot come to name another)
+        found = remember(_CALL_READINGS, key, (_plain_call(stmt), stmt), _CALL_READINGS_LIMIT)
+    reading = found[0]
+    if reading is None:
+        return None
+    call, name, buffers = reading
+    if not buffers:
+        return []
+    collector = _borrowed_collector(stmt, scope, func_name, None, scalars, storage)
+    collector.call_accesses(call, name, buffers)
+    return _returned(collector)
+
+
+def _plain_call(stmt: Any) -> tuple[Any, str, list[Any]] | None:
+    """``(call, op name, shared buffers addressed)`` of an ``Evaluate`` that
+    :func:`_plain_call_accesses` reads itself, None for any other (what does not depend on
+    the scope: the commit and barrier passes read each copy in scopes of their own)."""
     call = stmt.value
     if type(call) is not ir.expr.Call or not isinstance(call.op, ir.Op):
         return None
@@ -608,11 +628,12 @@ def _plain_call_accesses(
     for arg in ffi_list(call.args):
         if not _plain_operand(arg, buffers):
             return None
-    if not buffers:
-        return []
-    collector = _borrowed_collector(stmt, scope, func_name, None, scalars, storage)
-    collector.call_accesses(call, name, buffers)
-    return _returned(collector)
+    return call, name, buffers
+
+
+#: _plain_call's readings by statement handle, with the statement
+_CALL_READINGS: dict[int, tuple[tuple[Any, str, list[Any]] | None, Any]] = kernel_table()
+_CALL_READINGS_LIMIT = 100_000
 
 
 _ADDRESS_OF = "tirx.address_of"

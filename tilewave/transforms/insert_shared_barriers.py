@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -131,9 +131,13 @@ _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
 #: pairs without a remembered verdict from which :meth:`_Placer.blocks_any` merges points
 #: (fewer: pair by pair, where the proof caches answer most)
 _MERGED_MEMBERS = 8
-#: :meth:`_Placer._landed_split`'s answer with the landed list it was for: (that list, how
-#: many instances may race by kind and memory, the mergeable ones' points, the others)
-_Split = tuple[list[Instance], int, list[Any], list[Instance]]
+#: landed lists from this long meet a fresh access through :meth:`_Placer._landed_split`
+#: (shorter ones are screened directly: a split remembered for them seldom fits the next)
+_SPLIT_FROM = 32
+#: what :meth:`_Placer._landed_split` found in a landed list: (that list, the instances that
+#: may race by kind and memory, how many of those are split, the mergeable ones' points,
+#: the others)
+_Split = tuple[list[Instance], list[Instance], int, list[Any], list[Instance]]
 
 
 class _ScopeFacts:
@@ -394,18 +398,20 @@ class _Placer:
         ``may_conflict``, at the cost of one: a long run of stores between barriers, such
         as an unrolled epilogue, is otherwise asked pair by pair)."""
         for access in new:
-            if not self._verdicts.get(access) and len(landed) >= _MERGED_MEMBERS:
-                points = unrelated_points(access, self.thread_extents)
-                if points is not None:
-                    # nothing remembered for this access: every instance is unasked, and
-                    # a run of landed stores is split the way it was one store ago
-                    count, group, unasked = self._landed_split(access, landed)
-                    if count >= _MERGED_MEMBERS:
-                        if self._merged.overlaps_any(tuple(group), points, True):
-                            return True
-                        if unasked and self.conflicts(access, unasked, first=True):
-                            return True
-                        continue
+            if len(landed) >= _SPLIT_FROM and not self._verdicts.get(access):
+                # nothing remembered for this access: every instance is unasked, and a run
+                # of landed stores is split the way it was one store ago
+                split = self._landed_split(access, landed)
+                points = (
+                    unrelated_points(access, self.thread_extents) if split is not None else None
+                )
+                if split is not None and points is not None:
+                    group, unasked = split()
+                    if self._merged.overlaps_any(tuple(group), points, True):
+                        return True
+                    if unasked and self.conflicts(access, unasked, first=True):
+                        return True
+                    continue
             unasked = []
             if self.conflicts(access, landed, first=True, unasked=unasked):
                 return True
@@ -421,13 +427,14 @@ class _Placer:
 
     def _landed_split(
         self, access: SharedAccess, landed: list[Instance]
-    ) -> tuple[int, list[Any], list[Instance]]:
-        """For an access with no remembered verdict: how many ``landed`` instances it may
-        race with by kind and memory, and those split as :meth:`merged_members` splits
-        them (the points of the mergeable ones, the other instances). Remembered per
-        (kind, memory, buffer, rank) for the last list seen: between barriers each
-        statement lands after the previous one's check, so the next list extends that
-        one and only its new instances are looked at."""
+    ) -> Callable[[], tuple[list[Any], list[Instance]]] | None:
+        """For an access with no remembered verdict, when at least :data:`_MERGED_MEMBERS`
+        ``landed`` instances may race with it by kind and memory: a function splitting
+        those as :meth:`merged_members` splits them (the points of the mergeable ones, the
+        other instances); None when fewer may. Remembered per (kind, memory, buffer, rank)
+        for the last list seen: between barriers each statement lands after the previous
+        one's check, so the next list extends that one and only its new instances are
+        looked at."""
         writes = access.kind.writes
         memory = access.memory_key
         buffer = hash(access.buffer)
@@ -435,31 +442,42 @@ class _Placer:
         key = (writes, memory, buffer, ndim)
         found = self._splits.get(key)
         if found is not None and found[0] == landed[: len(found[0])]:
-            seen, count, group, rest = found
-            group, rest = list(group), list(rest)
+            seen, candidates, split, group, rest = found
+            candidates = list(candidates)
         else:
-            seen, count, group, rest = [], 0, [], []
+            seen, candidates, split, group, rest = [], [], 0, [], []
         anywhere = memory is ANY_MEMORY
-        extents = self.thread_extents
         for inst in landed[len(seen) :]:
             other = inst.access
             if not (writes or other.kind.writes):
                 continue
             other_key = other.memory_key
-            if not (anywhere or other_key is ANY_MEMORY or other_key == memory):
-                continue
-            count += 1
-            points = (
-                unrelated_points(other, extents)
-                if hash(other.buffer) == buffer and len(other.indices or ()) == ndim
-                else None
-            )
-            if points is None:
-                rest.append(inst)
-            else:
-                group.append(points)
-        self._splits[key] = (list(landed), count, group, rest)
-        return count, group, rest
+            if anywhere or other_key is ANY_MEMORY or other_key == memory:
+                candidates.append(inst)
+        self._splits[key] = (list(landed), candidates, split, group, rest)
+        if len(candidates) < _MERGED_MEMBERS:
+            return None
+
+        def split_candidates() -> tuple[list[Any], list[Instance]]:
+            # (asked only then: finding an instance's points may enumerate its space)
+            entry = self._splits[key]
+            done, points_of, others = entry[2], list(entry[3]), list(entry[4])
+            extents = self.thread_extents
+            for inst in candidates[done:]:
+                other = inst.access
+                points = (
+                    unrelated_points(other, extents)
+                    if hash(other.buffer) == buffer and len(other.indices or ()) == ndim
+                    else None
+                )
+                if points is None:
+                    others.append(inst)
+                else:
+                    points_of.append(points)
+            self._splits[key] = (entry[0], candidates, len(candidates), points_of, others)
+            return points_of, others
+
+        return split_candidates
 
     def merged_members(
         self, access: SharedAccess, unasked: list[Instance]
