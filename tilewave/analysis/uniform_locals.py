@@ -34,12 +34,6 @@ from tilewave.ir.walker import ffi_list, post_order_visit, statements_of
 __all__ = ["uniform_local_buffers"]
 
 
-@dataclass(frozen=True)
-class _Store:
-    buffer: Any
-    exprs: tuple[Any, ...]  # value, indices and the enclosing control conditions, resolved
-
-
 #: a control condition around a store: ``[if/while condition or For, the scope that
 #: resolves it, the resolved condition once a store to a local buffer under it needed it]``
 #: (most stores of a kernel are to shared or global memory: their conditions are never
@@ -47,9 +41,27 @@ class _Store:
 _Guard = list[Any]
 
 
+@dataclass(frozen=True)
+class _Store:
+    """A store to a ``local`` buffer, where it sits."""
+
+    buffer: Any
+    stmt: Any
+    scope: AccessScope
+    guards: tuple[_Guard, ...]
+
+    def exprs(self) -> tuple[Any, ...]:
+        """The value, the indices and the enclosing control conditions, resolved through
+        the ``Bind`` values (worked out only for the stores whose buffer is a candidate:
+        most local stores of a kernel fill buffers a call reaches)."""
+        stmt, scope = self.stmt, self.scope
+        exprs = (scope.resolve(stmt.value), *(scope.resolve(i) for i in stmt.indices))
+        return exprs + tuple(map(_resolved_guard, self.guards))
+
+
 def _collect(stmt: Any, scope: AccessScope, guards: tuple[_Guard, ...], out: list[_Store]) -> None:
-    """The stores to ``local`` buffers under ``stmt`` (the only candidates), each with its
-    value, indices and enclosing conditions resolved through the ``Bind`` values."""
+    """The stores to ``local`` buffers under ``stmt`` (the only candidates), each with the
+    scope and the enclosing conditions that resolve it (:meth:`_Store.exprs`)."""
     if isinstance(stmt, tirx.SeqStmt):
         for item in statements_of(stmt):
             _collect(item, scope, guards, out)
@@ -73,8 +85,7 @@ def _collect(stmt: Any, scope: AccessScope, guards: tuple[_Guard, ...], out: lis
         return
     if isinstance(stmt, tirx.BufferStore):
         if buffer_scope(stmt.buffer) == "local":
-            exprs = (scope.resolve(stmt.value), *(scope.resolve(i) for i in stmt.indices))
-            out.append(_Store(stmt.buffer, exprs + tuple(map(_resolved_guard, guards))))
+            out.append(_Store(stmt.buffer, stmt, scope, guards))
         return
     if is_leaf_statement(stmt):
         return
@@ -151,10 +162,11 @@ def uniform_local_buffers(
         key = hash(store.buffer)
         if key not in candidates:
             continue
-        if any(dependent(e, everything) for e in store.exprs):
+        exprs = store.exprs()
+        if any(dependent(e, everything) for e in exprs):
             pending.append(key)
             continue
-        for source in _locals_loaded(store.exprs):
+        for source in _locals_loaded(exprs):
             if source in candidates:
                 loads.setdefault(source, set()).add(key)
     uniform = dict(candidates)

@@ -89,7 +89,6 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import (
     expect_repeated_walks,
-    ffi_list,
     node_is,
     rebuild,
     seq_stmt,
@@ -1339,22 +1338,27 @@ def _unit_wait(domain: str, count: int) -> Any:
     return tirx.Evaluate(T.ptx.cp.async_.bulk.wait_group.read(count))
 
 
-def _sync_actions(stmt: Any) -> Iterator[SyncAction]:
-    """The synchronisation actions of the statements under ``stmt`` (expressions are not
-    entered: every synchronisation is an ``Evaluate`` statement)."""
-    if isinstance(stmt, tirx.SeqStmt):
-        for child in ffi_list(stmt.seq):
-            yield from _sync_actions(child)
-        return
-    if isinstance(stmt, tirx.Evaluate):
-        action = sync_action(stmt)
-        if action is not None:
-            yield action
-        return
-    for field in ("body", "then_case", "else_case"):
-        child = getattr(stmt, field, None)
-        if isinstance(child, tirx.Stmt):
-            yield from _sync_actions(child)
+def _sync_actions(stmt: Any) -> list[SyncAction]:
+    """The synchronisation actions of the statements under ``stmt``, in program order
+    (expressions are not entered: every synchronisation is an ``Evaluate`` statement)."""
+    found: list[SyncAction] = []
+    stack = [stmt]
+    while stack:
+        node = stack.pop()
+        kind = type(node)  # (TIR node classes have no subclasses: exact type tests)
+        if kind is tirx.SeqStmt:
+            stack.extend(reversed(statements_of(node)))
+        elif kind is tirx.Evaluate:
+            action = sync_action(node)
+            if action is not None:
+                found.append(action)
+        elif kind is tirx.IfThenElse:
+            if node.else_case is not None:
+                stack.append(node.else_case)
+            stack.append(node.then_case)
+        elif not is_leaf_statement(node):
+            stack.append(node.body)
+    return found
 
 
 def _summed(counts: Iterable[tuple[int, int]]) -> tuple[int, int]:
