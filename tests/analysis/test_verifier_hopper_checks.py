@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tvm import tirx
 from tvm.script import tirx as T
+from wgmma_kernels import wgmma_after_stores
 
 import tilewave
 from tilewave.analysis.mbarrier_parity_check import (
@@ -277,33 +278,9 @@ def test_a_proxy_fence_on_either_side_of_the_barrier_verifies_clean(fence):
 
 
 def wgmma_tile(fence):
-    """Stores fill a 128B-swizzled A and B tile; one wgmma reads them through descriptors."""
-
-    @T.prim_func
-    def wgmma_reads(A: T.Buffer((4096,), "float16")):
-        for tx in T.thread_binding(128, thread="threadIdx.x"):
-            A_s = T.alloc_buffer((4096,), "float16", scope="shared.dyn")
-            B_s = T.alloc_buffer((512,), "float16", scope="shared.dyn")
-            acc = T.alloc_buffer((4,), "float32", scope="local")
-            desc_a = T.alloc_buffer((1,), "uint64", scope="local")
-            desc_b = T.alloc_buffer((1,), "uint64", scope="local")
-            for i in range(32):
-                A_s[i * 128 + tx] = A[i * 128 + tx]
-            for i in range(4):
-                B_s[i * 128 + tx] = A[i * 128 + tx]
-            if fence:
-                T.ptx["fence.proxy.async.shared::cta"]()
-            T.tvm_storage_sync("shared")
-            T.ptx.wgmma.fence.sync.aligned()
-            T.cuda.wgmma.encode_matrix_descriptor(desc_a.data, T.address_of(A_s[0]), 1, 64, 3)
-            T.cuda.wgmma.encode_matrix_descriptor(desc_b.data, T.address_of(B_s[0]), 1, 64, 3)
-            T.ptx["wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16"](
-                acc[0], acc[1], acc[2], acc[3], desc_a[0], desc_b[0], T.bool(True), 1, 1, 0, 0
-            )
-            T.ptx.wgmma.commit_group.sync.aligned()
-            T.ptx.wgmma.wait_group.sync.aligned(0)
-
-    return wgmma_reads
+    """Stores fill a 128B-swizzled A and B tile, a barrier; one wgmma reads them through
+    descriptors."""
+    return wgmma_after_stores(fence=fence, storage_sync=True)
 
 
 def test_wgmma_reading_tiles_written_by_stores_needs_fence_proxy_async():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import tvm
 from tvm.script import tirx as T
+from wgmma_kernels import wgmma_after_stores
 
 import tilewave
 from tilewave.analysis.proxy_fence_check import MissingFenceHazard
@@ -69,38 +70,8 @@ def test_mbarrier_init_gets_fence_and_barrier_before_first_use():
 
 
 # --- a wgmma reads its shared operands through matrix descriptors --------------------------
-def wgmma_after_stores(barrier):
-    """Threads fill an A and a B tile with plain stores; one wgmma reads both through the
-    matrix descriptors built from their addresses (nowhere else named by the call)."""
-
-    @T.prim_func
-    def wgmma_reads(A: T.Buffer((4096,), "float16")):
-        for tx in T.thread_binding(128, thread="threadIdx.x"):
-            A_s = T.alloc_buffer((4096,), "float16", scope="shared.dyn")
-            B_s = T.alloc_buffer((512,), "float16", scope="shared.dyn")
-            acc = T.alloc_buffer((4,), "float32", scope="local")
-            desc_a = T.alloc_buffer((1,), "uint64", scope="local")
-            desc_b = T.alloc_buffer((1,), "uint64", scope="local")
-            for i in range(32):
-                A_s[i * 128 + tx] = A[i * 128 + tx]
-            for i in range(4):
-                B_s[i * 128 + tx] = A[i * 128 + tx]
-            T.ptx.wgmma.fence.sync.aligned()
-            T.cuda.wgmma.encode_matrix_descriptor(desc_a.data, T.address_of(A_s[0]), 1, 64, 3)
-            T.cuda.wgmma.encode_matrix_descriptor(desc_b.data, T.address_of(B_s[0]), 1, 64, 3)
-            if barrier:
-                T.tilewave.lds_barrier()  # the stores of every thread before the wgmma's reads
-            T.ptx["wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16"](
-                acc[0], acc[1], acc[2], acc[3], desc_a[0], desc_b[0], T.bool(True), 1, 1, 0, 0
-            )
-            T.ptx.wgmma.commit_group.sync.aligned()
-            T.ptx.wgmma.wait_group.sync.aligned(0)
-
-    return wgmma_reads.with_attr("global_symbol", "wgmma_reads")
-
-
 def test_stores_read_by_a_wgmma_through_descriptors_get_a_barrier():
-    before, expected = wgmma_after_stores(False), wgmma_after_stores(True)
+    before, expected = wgmma_after_stores(), wgmma_after_stores(lds_barrier=True)
     after = insert_shared_barriers(before, "sm_90a")
     tvm.ir.assert_structural_equal(after, expected)
     hazards = find_shared_hazards(before, "sm_90a")

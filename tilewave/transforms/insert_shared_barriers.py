@@ -461,18 +461,7 @@ class _Placer:
             # (asked only then: finding an instance's points may enumerate its space)
             entry = self._splits[key]
             done, points_of, others = entry[2], list(entry[3]), list(entry[4])
-            extents = self.thread_extents
-            for inst in candidates[done:]:
-                other = inst.access
-                points = (
-                    unrelated_points(other, extents)
-                    if hash(other.buffer) == buffer and len(other.indices or ()) == ndim
-                    else None
-                )
-                if points is None:
-                    others.append(inst)
-                else:
-                    points_of.append(points)
+            self._sort_members(candidates[done:], buffer, ndim, points_of, others)
             self._splits[key] = (entry[0], candidates, len(candidates), points_of, others)
             return points_of, others
 
@@ -484,12 +473,24 @@ class _Placer:
         """The points of the instances of ``unasked`` (landed, each able to race with
         ``access``) that :meth:`blocks_any` compares with ``access`` at once (same buffer,
         plain, reading no loop), and the other instances."""
-        extents = self.thread_extents
-        buffer = hash(access.buffer)
-        ndim = len(access.indices or ())
         group: list[Any] = []
         rest: list[Instance] = []
-        for inst in unasked:
+        self._sort_members(unasked, hash(access.buffer), len(access.indices or ()), group, rest)
+        return tuple(group), rest
+
+    def _sort_members(
+        self,
+        instances: Iterable[Instance],
+        buffer: int,
+        ndim: int,
+        group: list[Any],
+        rest: list[Instance],
+    ) -> None:
+        """Append to ``group`` the points of each of ``instances`` that meets an access of
+        the buffer with handle ``buffer`` and rank ``ndim`` by merged points (same buffer
+        and rank, plain, reading no loop), and the other instances to ``rest``."""
+        extents = self.thread_extents
+        for inst in instances:
             other = inst.access
             points = (
                 unrelated_points(other, extents)
@@ -500,7 +501,6 @@ class _Placer:
                 rest.append(inst)
             else:
                 group.append(points)
-        return tuple(group), rest
 
     def _may_conflict(self, inst: Instance, access: SharedAccess) -> bool:
         """``may_conflict`` of a pending instance and a new access."""
