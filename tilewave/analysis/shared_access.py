@@ -80,7 +80,14 @@ from tilewave.analysis.storage_identity import (
 from tilewave.analysis.uniform_writes import stores_alike, writes_same_everywhere
 from tilewave.errors import MalformedKernelError, where
 from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
-from tilewave.ir.walker import TIRVisitor, ffi_list, node_is, post_order_visit, substitute
+from tilewave.ir.walker import (
+    TIRVisitor,
+    ffi_list,
+    node_is,
+    post_order_visit,
+    statements_of,
+    substitute,
+)
 from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = [
@@ -98,6 +105,7 @@ __all__ = [
     "is_leaf_statement",
     "is_thread_dependent",
     "may_conflict",
+    "nested_statements",
     "proven_apart_together",
     "repeated_loops",
     "same_iteration",
@@ -274,6 +282,20 @@ def is_leaf_statement(stmt: Any) -> bool:
             # ``if``'s then_case always is): one answer per class
             _LEAF_BY_TYPE[kind] = found
     return found
+
+
+def nested_statements(stmt: Any) -> list[Any]:
+    """The statements directly inside ``stmt``, in program order: a list's items, an
+    ``if``'s branches, the body of any other compound statement; none for a leaf."""
+    kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
+    if kind is tirx.SeqStmt:
+        return list(statements_of(stmt))
+    if kind is tirx.IfThenElse:
+        return [stmt.then_case] if stmt.else_case is None else [stmt.then_case, stmt.else_case]
+    if is_leaf_statement(stmt):
+        return []
+    body = getattr(stmt, "body", None)
+    return [body] if node_is(body, tirx.Stmt) else []
 
 
 _LEAF_BY_TYPE: dict[type, bool] = {}

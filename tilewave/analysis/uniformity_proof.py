@@ -29,7 +29,11 @@ from typing import Any
 from tvm import ir, tirx
 from tvm.sym.analyzer import Analyzer, ProofStrength
 
-from tilewave.analysis.shared_access import AccessScope, collect_thread_extents, is_leaf_statement
+from tilewave.analysis.shared_access import (
+    AccessScope,
+    collect_thread_extents,
+    nested_statements,
+)
 from tilewave.analysis.shared_buffers import SHARED_SCOPES, buffer_scope, loads_local_buffer
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.analysis.uniformity import unwritten_global_buffers
@@ -165,7 +169,7 @@ class UniformityProof:
                 continue  # shared by many statements: no premise is known to hold at all
             # a node at two places: only what holds at both (conservatively: nothing)
             self._premises[hash(cond)] = [] if hash(cond) in self._premises else list(premises)
-        for child in _child_statements(stmt):
+        for child in nested_statements(stmt):
             self._collect_premises(child, premises)
 
     def is_block_uniform(self, cond: Any, scope: AccessScope | None = None) -> bool:
@@ -312,12 +316,3 @@ def _control_expressions(stmt: Any) -> list[Any]:
     if isinstance(stmt, tirx.For):
         return [stmt.extent]
     return []
-
-
-def _child_statements(stmt: Any) -> list[Any]:
-    if isinstance(stmt, tirx.IfThenElse):
-        return [s for s in (stmt.then_case, stmt.else_case) if s is not None]
-    if is_leaf_statement(stmt):
-        return []
-    body = getattr(stmt, "body", None)
-    return [body] if isinstance(body, tirx.Stmt) else []

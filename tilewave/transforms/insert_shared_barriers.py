@@ -67,6 +67,7 @@ from tilewave.analysis.shared_access import (
     collect_thread_extents,
     is_leaf_statement,
     may_conflict,
+    nested_statements,
     proven_apart_together,
     repeated_loops,
     same_iteration,
@@ -89,7 +90,6 @@ from tilewave.errors import (  # DivergentBarrierError re-exported: it used to l
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import (
     expect_repeated_walks,
-    node_is,
     rebuild,
     seq_stmt,
     statements_of,
@@ -235,18 +235,10 @@ class _Placer:
         found = self._counts.get(key)
         if found is not None:
             return found[0]
-        kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
-        if kind is tirx.Evaluate:
+        if type(stmt) is tirx.Evaluate:
             counts = _action_cost(self.sync_action(stmt))
-        elif kind is tirx.SeqStmt:
-            counts = _summed(self.sync_counts(c) for c in statements_of(stmt))
-        elif is_leaf_statement(stmt):
-            counts = (0, 0)  # (no nested statement: nothing to count, no field to read)
         else:
-            children = [getattr(stmt, f, None) for f in ("body", "then_case", "else_case")]
-            counts = _summed(
-                self.sync_counts(c) for c in children if c is not None and node_is(c, tirx.Stmt)
-            )
+            counts = _summed(self.sync_counts(c) for c in nested_statements(stmt))
         # (the node kept alive with its counts: its handle cannot come to name another)
         self._counts[key] = (counts, stmt)
         return counts
@@ -1345,19 +1337,12 @@ def _sync_actions(stmt: Any) -> list[SyncAction]:
     stack = [stmt]
     while stack:
         node = stack.pop()
-        kind = type(node)  # (TIR node classes have no subclasses: exact type tests)
-        if kind is tirx.SeqStmt:
-            stack.extend(reversed(statements_of(node)))
-        elif kind is tirx.Evaluate:
+        if type(node) is tirx.Evaluate:
             action = sync_action(node)
             if action is not None:
                 found.append(action)
-        elif kind is tirx.IfThenElse:
-            if node.else_case is not None:
-                stack.append(node.else_case)
-            stack.append(node.then_case)
-        elif not is_leaf_statement(node):
-            stack.append(node.body)
+        else:
+            stack.extend(reversed(nested_statements(node)))
     return found
 
 
