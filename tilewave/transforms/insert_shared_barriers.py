@@ -32,7 +32,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -130,12 +130,12 @@ _MBARRIER_SYNC = (SyncKind.MBAR_ARRIVE, SyncKind.MBAR_WAIT)
 #: pairs without a remembered verdict from which :meth:`_Placer.blocks_any` merges points
 #: (fewer: pair by pair, where the proof caches answer most)
 _MERGED_MEMBERS = 8
-#: landed lists from this long meet a fresh access through :meth:`_Placer._landed_split`
+#: landed lists from this long meet a fresh access through :meth:`_Placer._landed_candidates`
 #: (shorter ones are screened directly: a split remembered for them seldom fits the next)
 _SPLIT_FROM = 32
-#: what :meth:`_Placer._landed_split` found in a landed list: (that list, the instances that
-#: may race by kind and memory, how many of those are split, the mergeable ones' points,
-#: the others)
+#: what :meth:`_Placer._landed_candidates` / :meth:`_Placer._landed_split` found in a landed
+#: list: (that list, the instances that may race by kind and memory, how many of those are
+#: split, the mergeable ones' points, the others)
 _Split = tuple[list[Instance], list[Instance], int, list[Any], list[Instance]]
 
 
@@ -214,8 +214,8 @@ class _Placer:
         self._plain = Pending(True, frozenset())
         #: merged points of landed accesses (:meth:`blocks_any`)
         self._merged = MergedPoints()
-        #: :meth:`_landed_split`'s last answer by (kind, memory, buffer, rank), with its
-        #: landed list
+        #: :meth:`_landed_candidates`' last answer by (kind, memory, buffer, rank), with its
+        #: landed list and :meth:`_landed_split`'s split of it
         self._splits: dict[tuple[Any, ...], _Split] = {}
         self._records[self._plain] = self._plain
 
@@ -392,12 +392,14 @@ class _Placer:
             if len(landed) >= _SPLIT_FROM and not self._verdicts.get(access):
                 # nothing remembered for this access: every instance is unasked, and a run
                 # of landed stores is split the way it was one store ago
-                split = self._landed_split(access, landed)
+                key, candidates = self._landed_candidates(access, landed)
                 points = (
-                    unrelated_points(access, self.thread_extents) if split is not None else None
+                    unrelated_points(access, self.thread_extents)
+                    if len(candidates) >= _MERGED_MEMBERS
+                    else None
                 )
-                if split is not None and points is not None:
-                    group, unasked = split()
+                if points is not None:
+                    group, unasked = self._landed_split(key)
                     if self._merged.overlaps_any(tuple(group), points, True):
                         return True
                     if unasked and self.conflicts(access, unasked, first=True):
@@ -416,21 +418,17 @@ class _Placer:
                 return True
         return False
 
-    def _landed_split(
+    def _landed_candidates(
         self, access: SharedAccess, landed: list[Instance]
-    ) -> Callable[[], tuple[list[Any], list[Instance]]] | None:
-        """For an access with no remembered verdict, when at least :data:`_MERGED_MEMBERS`
-        ``landed`` instances may race with it by kind and memory: a function splitting
-        those as :meth:`merged_members` splits them (the points of the mergeable ones, the
-        other instances); None when fewer may. Remembered per (kind, memory, buffer, rank)
-        for the last list seen: between barriers each statement lands after the previous
-        one's check, so the next list extends that one and only its new instances are
-        looked at."""
+    ) -> tuple[tuple[Any, ...], list[Instance]]:
+        """For an access with no remembered verdict: the instances of ``landed`` that may
+        race with it by kind and memory, with the key under which :meth:`_landed_split`
+        finds them. Remembered per key, (kind, memory, buffer, rank), for the last list
+        seen: between barriers each statement lands after the previous one's check, so
+        the next list extends that one and only its new instances are looked at."""
         writes = access.kind.writes
         memory = access.memory_key
-        buffer = hash(access.buffer)
-        ndim = len(access.indices or ())
-        key = (writes, memory, buffer, ndim)
+        key = (writes, memory, hash(access.buffer), len(access.indices or ()))
         found = self._splits.get(key)
         if found is not None and found[0] == landed[: len(found[0])]:
             seen, candidates, split, group, rest = found
@@ -445,19 +443,20 @@ class _Placer:
             other_key = other.memory_key
             if anywhere or other_key is ANY_MEMORY or other_key == memory:
                 candidates.append(inst)
-        self._splits[key] = (list(landed), candidates, split, group, rest)
-        if len(candidates) < _MERGED_MEMBERS:
-            return None
+        # (``landed`` is the caller's own list, built for this check: kept, not copied)
+        self._splits[key] = (landed, candidates, split, group, rest)
+        return key, candidates
 
-        def split_candidates() -> tuple[list[Any], list[Instance]]:
-            # (asked only then: finding an instance's points may enumerate its space)
-            entry = self._splits[key]
-            done, points_of, others = entry[2], list(entry[3]), list(entry[4])
-            self._sort_members(candidates[done:], buffer, ndim, points_of, others)
-            self._splits[key] = (entry[0], candidates, len(candidates), points_of, others)
-            return points_of, others
-
-        return split_candidates
+    def _landed_split(self, key: tuple[Any, ...]) -> tuple[list[Any], list[Instance]]:
+        """The candidates :meth:`_landed_candidates` last found under ``key`` split as
+        :meth:`merged_members` splits them (the points of the mergeable ones, the other
+        instances), only those not split before looked at (asked only when the split is
+        used: finding an instance's points may enumerate its index space)."""
+        landed, candidates, done, group, rest = self._splits[key]
+        group, rest = list(group), list(rest)
+        self._sort_members(candidates[done:], key[2], key[3], group, rest)
+        self._splits[key] = (landed, candidates, len(candidates), group, rest)
+        return group, rest
 
     def merged_members(
         self, access: SharedAccess, unasked: list[Instance]
