@@ -7,6 +7,7 @@ import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tvm
@@ -18,6 +19,7 @@ from tvm.ir.expr import StringImm
 from tvm.sym.analyzer import Analyzer
 
 from tilewave.ir.walker import (
+    Deferred,
     TIRMutator,
     TIRVisitor,
     node_fields,
@@ -250,6 +252,26 @@ def test_substitute_leaves_definition_sites_but_accepts_var_renames():
 def test_substitute_converts_python_numbers():
     result = substitute(X + Y, {X: 3})
     tvm.ir.assert_structural_equal(result, _i(3) + Y)
+
+
+def test_substitute_computes_a_deferred_value_once_and_only_where_its_variable_is_used():
+    computed: list[str] = []
+
+    def value_of(name: str, expr: Any) -> Deferred:
+        def compute() -> Any:
+            computed.append(name)
+            return expr
+
+        return Deferred(compute)
+
+    mapping = {X: value_of("x", Y + 1), Y: value_of("y", X * 2)}
+    tvm.ir.assert_structural_equal(substitute(X + X, mapping), (Y + 1) + (Y + 1))
+    assert computed == ["x"]  # y's value was never needed; x's was computed once
+    tvm.ir.assert_structural_equal(substitute(Y, mapping), X * 2)
+    assert computed == ["x", "y"]
+    loop = _loop(X)
+    # a definition site still takes only a variable, however the value is given
+    assert substitute(loop, {loop.loop_var: value_of("k", _i(3))}).loop_var.same_as(loop.loop_var)
 
 
 def test_substitute_in_script_kernel_rewrites_thread_index():

@@ -12,6 +12,7 @@ them.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from tilewave.analysis.integer_exprs import analysable
 from tilewave.analysis.local_scalars import ScalarForwarder
 from tilewave.analysis.storage_identity import BufferStorage
 from tilewave.cached_attribute import cached_attribute
-from tilewave.ir.walker import post_order_visit, substitute
+from tilewave.ir.walker import Deferred, post_order_visit, substitute
 
 __all__ = [
     "ANY_MEMORY",
@@ -112,7 +113,8 @@ class AccessScope:
     conditions: tuple[tuple[Any, bool], ...] = ()
     bindings: tuple[tuple[Any, Any], ...] = ()
     #: each bound variable's value with earlier bindings substituted (built incrementally
-    #: by :meth:`binding`, so resolving is one substitution, not one per binding)
+    #: by :meth:`binding`, so resolving is one substitution, not one per binding; a value
+    #: may be a :class:`~tilewave.ir.walker.Deferred`, substituted when first needed)
     resolved_values: Mapping[Any, Any] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -197,7 +199,9 @@ class AccessScope:
     def binding(self, var: Any, value: Any) -> AccessScope:
         """This scope after ``Bind(var, value)``."""
         values = dict(self.resolved_values)
-        values[var] = self.resolve(value)
+        # resolved when an expression that reads ``var`` is resolved (most bindings of a
+        # kernel, CSE temporaries of register and global-memory arithmetic, never are)
+        values[var] = Deferred(functools.partial(self.resolve, value))
         keys = (*self._binding_keys(), (hash(var), hash(value)))
         scope = AccessScope(
             self.loops, self.conditions, (*self.bindings, (var, value)), values, keys,

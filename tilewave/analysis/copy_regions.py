@@ -83,8 +83,7 @@ def _addressed_tile_bytes(address: Any) -> int | None:
     if start is None or start[1] is None:
         return None
     buffer, indices = start
-    shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
-    elem_bytes = _element_bytes(str(buffer.ty.dtype))
+    elem_bytes, shape = _layout(buffer)
     if None in shape or elem_bytes is None or len(indices) != len(shape):
         return None
     flat: Any = None
@@ -117,6 +116,23 @@ def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
             if isinstance(arg, ir.expr.Call) and callee_name(arg) in _ADDRESS_OPS:
                 return arg, tirx.IntImm("int32", _MATRIX_ROW_BYTES)
     return None
+
+
+def _layout(buffer: Any) -> tuple[int | None, list[int | None]]:
+    """Bytes per element of ``buffer`` and its shape (``None`` for an extent that is not
+    a constant), remembered per buffer node (every copy into a tile asks)."""
+    key = hash(buffer)
+    found = _LAYOUTS.get(key)
+    if found is None:
+        shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
+        # (the node kept alive with its layout: its handle cannot come to name another)
+        layout = (_element_bytes(str(buffer.ty.dtype)), shape)
+        found = remember(_LAYOUTS, key, (layout, buffer), _REGIONS_LIMIT)
+    return found[0]
+
+
+#: _layout's answers by buffer handle, with the buffer
+_LAYOUTS: dict[int, tuple[tuple[int | None, list[int | None]], Any]] = kernel_table()
 
 
 @functools.cache  # (a handful of dtypes; parsing one costs tens of microseconds)
@@ -190,8 +206,7 @@ def _region_of(call: ir.expr.Call, buffer: Any) -> tuple[tuple[Any, ...], Any, i
     start = _start(dst)
     if start is None or not start[0].same_as(buffer) or not isinstance(size, tirx.IntImm):
         return None
-    elem_bytes = _element_bytes(str(buffer.ty.dtype))
-    shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
+    elem_bytes, shape = _layout(buffer)
     if elem_bytes is None or None in shape or int(size.value) <= 0:
         return None
     count = -(-int(size.value) // elem_bytes)

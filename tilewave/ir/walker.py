@@ -458,6 +458,25 @@ def _constant(value: Any, var: Any) -> Any:
     return tvm.runtime.convert(value)
 
 
+class Deferred:
+    """A substitution value worked out only when :func:`substitute` meets its variable
+    (``compute()`` runs once; most bound values are never needed by the expressions a
+    caller resolves)."""
+
+    __slots__ = ("_compute", "_value")
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self._compute: Callable[[], Any] | None = compute
+        self._value: Any = None
+
+    def value(self) -> Any:
+        """The value, computed on the first call."""
+        if self._compute is not None:
+            self._value = self._compute()
+            self._compute = None
+        return self._value
+
+
 def substitute(
     node: Any, mapping: Mapping[ir.expr.Var, Any], by_handle: Mapping[int, Any] | None = None
 ) -> Any:
@@ -465,7 +484,8 @@ def substitute(
 
     Args:
         node: a statement or expression (or a list of them).
-        mapping: ``{var: expr}``; Python ints and floats are converted to TIR constants.
+        mapping: ``{var: expr}``; Python ints and floats are converted to TIR constants,
+            and a :class:`Deferred` value is computed when its variable is met.
         by_handle: ``mapping`` keyed by the variables' handles (``hash``), when the caller
             keeps one (a scope resolving many expressions with the same bindings);
             variables are looked up by handle (a lookup that meets the same variable
@@ -487,9 +507,11 @@ def substitute(
         value = values.get(hash(var))
         if value is None:
             return var
+        if type(value) is Deferred:
+            value = value.value()
         if not node_is(value, tvm_ffi.Object):
             value = _constant(value, var)
-        if mutator.def_region_kind() != 0 and not isinstance(value, ir.expr.Var):
+        if not isinstance(value, ir.expr.Var) and _def_region_kind(mutator) != 0:
             return var  # a definition site accepts only another variable
         return value
 
@@ -499,6 +521,9 @@ def substitute(
 
 
 _structural_mutate = tvm_ffi.get_global_func("ffi.StructuralMutate")
+#: ``StructuralMutator.def_region_kind`` as a plain int (0: not at a definition site),
+#: without the enum object the method builds at every variable substituted
+_def_region_kind = tvm_ffi.get_global_func("ffi.StructuralMutatorDefRegionKind")
 _structural_walk = tvm_ffi.get_global_func("ffi.StructuralWalk")
 _SKIP = int(tvm_ffi.WalkResult.SKIP)
 
