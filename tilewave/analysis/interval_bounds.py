@@ -27,6 +27,7 @@ from tvm import ir, tirx
 from tilewave.analysis.index_enumeration import ANY, FAR, index_period
 from tilewave.analysis.index_program import BINARY_OPERATIONS, bitwise_parts
 from tilewave.analysis.tree_period import IntervalTree, tree_period
+from tilewave.kernel_memory import kernel_table, remember
 
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
@@ -48,12 +49,28 @@ Bounds = tuple[int, int]
 
 
 def interval_tree(expr: Any) -> IntervalTree:
-    """``expr`` as nested tuples for :func:`interval_of` (variables by handle)."""
+    """``expr`` as nested tuples for :func:`interval_of` (variables by handle); a compound
+    node's tree is remembered per node (the indices of a kernel's accesses share the
+    values of its ``Bind`` temporaries: one node read once, however many indices hold it)."""
     kind = type(expr)
     if kind is tirx.IntImm:
         return ("c", int(expr.value))
     if isinstance(expr, ir.expr.Var):
         return ("v", hash(expr))
+    key = hash(expr)
+    found = _TREES.get(key)
+    if found is None:
+        # (the node kept alive with its tree: its handle cannot come to name another)
+        found = remember(_TREES, key, (_compound_tree(expr, kind), expr), _TREES_LIMIT)
+    return found[0]
+
+
+#: interval trees of compound nodes by node handle, with the node
+_TREES: dict[int, tuple[IntervalTree, Any]] = kernel_table()
+_TREES_LIMIT = 100_000
+
+
+def _compound_tree(expr: Any, kind: type) -> IntervalTree:
     if kind is tirx.Cast:
         return ("cast", interval_tree(expr.value))
     name = BINARY_OPERATIONS.get(kind)
