@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from kernel_text import first_node
 from tvm import ir, tirx
 
-from tilewave.analysis.integer_exprs import _analysable
+from tilewave.analysis.integer_exprs import analysable
 from tilewave.ir.walker import post_order_visit
 
 _ALLOWED = (
@@ -82,10 +82,14 @@ def k(A: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32"), n: T.int32):
 @given(text=_expressions())
 def test_analysable_is_what_a_walk_of_every_node_finds(text):
     expr = _expression(text)
-    assert _analysable(expr) == _reference(expr)
+    assert analysable(expr) == _reference(expr)
+    # remembered per node: asked again, and about a larger expression holding the node
+    assert analysable(expr) == _reference(expr)
+    larger = tirx.Add(expr, tirx.Var("m", "int32"))
+    assert analysable(larger) == _reference(larger)
 
 
-def test_a_float_cast_inside_integer_arithmetic_is_not_analysable():
-    assert _analysable(_expression("tx * 2 + 1"))
-    assert not _analysable(_expression("T.Cast('int32', T.Cast('float32', tx)) + 1"))
-    assert not _analysable(_expression("A[tx % 8] + 1"))
+def test_a_float_cast_inside_integer_arithmetic_is_notanalysable():
+    assert analysable(_expression("tx * 2 + 1"))
+    assert not analysable(_expression("T.Cast('int32', T.Cast('float32', tx)) + 1"))
+    assert not analysable(_expression("A[tx % 8] + 1"))

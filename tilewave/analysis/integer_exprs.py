@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import tvm_ffi
 from tvm import ir, tirx
 
 from tilewave.kernel_memory import kernel_table, remember
@@ -50,37 +49,33 @@ _ARITH_TYPES = (
 def analysable(expr: Any) -> bool:
     """True when ``expr`` is integer/boolean arithmetic over variables and constants only
     (no loads, calls or lets, whose values the analyzer would treat as fixed). Remembered
-    per expression structure (index expressions recur in many statements)."""
-    key = tvm_ffi.StructuralKey(expr)
+    per compound node, children first: the indices of one kernel share the nodes of its
+    ``Bind`` values, so each such node is read once however many indices hold it."""
+    kind = type(expr)
+    if kind is tirx.IntImm or kind is ir.expr.Var:
+        return True
+    key = hash(expr)
     found = _ANALYSABLE.get(key)
     if found is None:
-        found = remember(_ANALYSABLE, key, _analysable(expr), _ANALYSABLE_LIMIT)
-    return found
+        # (the node kept alive with its answer: its handle cannot come to name another)
+        found = remember(_ANALYSABLE, key, (_analysable(expr, kind), expr), _ANALYSABLE_LIMIT)
+    return found[0]
 
 
-_ANALYSABLE: dict[Any, bool] = kernel_table()
-_ANALYSABLE_LIMIT = 16_384
+#: analysable's answers by node handle, with the node
+_ANALYSABLE: dict[int, tuple[bool, Any]] = kernel_table()
+_ANALYSABLE_LIMIT = 100_000
 
 
-def _analysable(expr: Any) -> bool:
-    # (a Python walk over the node classes allowed, giving up at the first other one:
-    # about four times cheaper than a C++ walk that calls back into Python at every node)
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        operands = _operands.get(type(node), _UNSEEN)
-        if operands is _UNSEEN:
-            operands = _operands[type(node)] = _operand_fields(type(node))
-        if operands is None:
-            return False
-        if operands is _CAST:
-            if not str(node.ty).startswith(("int", "uint", "bool")):
-                return False
-            stack.append(node.value)
-            continue
-        for name in operands:
-            stack.append(getattr(node, name))
-    return True
+def _analysable(node: Any, kind: type) -> bool:
+    operands = _operands.get(kind, _UNSEEN)
+    if operands is _UNSEEN:
+        operands = _operands[kind] = _operand_fields(kind)
+    if operands is None:
+        return False
+    if operands is _CAST:
+        return str(node.ty).startswith(("int", "uint", "bool")) and analysable(node.value)
+    return all(analysable(getattr(node, name)) for name in operands)
 
 
 _UNSEEN = ("unseen",)
