@@ -112,12 +112,6 @@ class AccessScope:
     loops: tuple[LoopRange, ...] = ()
     conditions: tuple[tuple[Any, bool], ...] = ()
     bindings: tuple[tuple[Any, Any], ...] = ()
-    #: each bound variable's value with earlier bindings substituted (built incrementally
-    #: by :meth:`binding`, so resolving is one substitution, not one per binding; a value
-    #: may be a :class:`~tilewave.ir.walker.Deferred`, substituted when first needed)
-    resolved_values: Mapping[Any, Any] = field(
-        default_factory=dict, compare=False, repr=False
-    )
     #: ``(hash(var), hash(value))`` of ``bindings`` (node handles), built incrementally
     binding_keys: tuple[tuple[int, int], ...] = field(default=(), compare=False, repr=False)
     in_while: bool = False
@@ -145,7 +139,7 @@ class AccessScope:
     @cached_attribute
     def bound_handles(self) -> frozenset[int]:
         """Node handles (``hash``) of the variables bound in this scope."""
-        return frozenset(var for var, _ in self._binding_keys())
+        return frozenset(self._values_by_handle)
 
     @cached_attribute
     def binds_pointers(self) -> bool:
@@ -182,43 +176,37 @@ class AccessScope:
         """This scope inside one more loop."""
         return self._same_bindings(
             AccessScope(
-                (*self.loops, loop), self.conditions, self.bindings, self.resolved_values,
-                self.binding_keys, self.in_while,
+                (*self.loops, loop), self.conditions, self.bindings, self.binding_keys,
+                self.in_while,
             )
         )
 
     def assuming(self, condition: Any, holds: bool = True) -> AccessScope:
         """This scope inside a branch on ``condition``."""
+        return self.with_conditions((*self.conditions, (condition, holds)))
+
+    def with_conditions(self, conditions: tuple[tuple[Any, bool], ...]) -> AccessScope:
+        """This scope with the path conditions ``conditions`` instead of its own."""
         return self._same_bindings(
-            AccessScope(
-                self.loops, (*self.conditions, (condition, holds)), self.bindings,
-                self.resolved_values, self.binding_keys, self.in_while,
-            )
+            AccessScope(self.loops, conditions, self.bindings, self.binding_keys, self.in_while)
         )
 
     def binding(self, var: Any, value: Any) -> AccessScope:
         """This scope after ``Bind(var, value)``."""
-        values = dict(self.resolved_values)
-        # resolved when an expression that reads ``var`` is resolved (most bindings of a
-        # kernel, CSE temporaries of register and global-memory arithmetic, never are)
-        values[var] = Deferred(functools.partial(self.resolve, value))
         keys = (*self._binding_keys(), (hash(var), hash(value)))
         scope = AccessScope(
-            self.loops, self.conditions, (*self.bindings, (var, value)), values, keys,
-            self.in_while,
+            self.loops, self.conditions, (*self.bindings, (var, value)), keys, self.in_while
         )
         # one more binding: the facts about bindings grow from this scope's (recomputing
         # them per scope was quadratic in a kernel's hundreds of bindings)
-        scope.__dict__["bound_handles"] = self.bound_handles | {hash(var)}
-        scope.__dict__["_bindings_hash"] = _fold(self._bindings_hash, keys[-1])
-        scope.__dict__["binds_pointers"] = self.binds_pointers or isinstance(
-            var.ty, ir.PointerType
-        )
-        by_handle = self.__dict__.get("_values_by_handle")
-        if by_handle is not None:  # (grown from this scope's, like the values)
-            by_handle = dict(by_handle)
-            by_handle[hash(var)] = values[var]
-            scope.__dict__["_values_by_handle"] = by_handle
+        by_handle = dict(self._values_by_handle)
+        # resolved when an expression that reads ``var`` is resolved (most bindings of a
+        # kernel, CSE temporaries of register and global-memory arithmetic, never are)
+        by_handle[keys[-1][0]] = Deferred(functools.partial(self.resolve, value))
+        facts = scope.__dict__
+        facts["_values_by_handle"] = by_handle
+        facts["_bindings_hash"] = _fold(self._bindings_hash, keys[-1])
+        facts["binds_pointers"] = self.binds_pointers or isinstance(var.ty, ir.PointerType)
         return scope
 
     def inside_while(self) -> AccessScope:
@@ -226,10 +214,7 @@ class AccessScope:
         if self.in_while:
             return self
         return self._same_bindings(
-            AccessScope(
-                self.loops, self.conditions, self.bindings, self.resolved_values,
-                self.binding_keys, True,
-            )
+            AccessScope(self.loops, self.conditions, self.bindings, self.binding_keys, True)
         )
 
     def _same_bindings(self, scope: AccessScope) -> AccessScope:
@@ -243,19 +228,22 @@ class AccessScope:
         """``expr`` with the bound variables replaced by their values (transitively)."""
         if not self.bindings:
             return expr
-        if len(self.resolved_values) != len(self.bindings):  # built without binding()
-            values: dict[Any, Any] = {}
-            for var, value in self.bindings:
-                values[var] = substitute(value, values)
-            object.__setattr__(self, "resolved_values", values)
-        if type(expr) is ir.expr.Var and hash(expr) not in self.bound_handles:
+        values = self._values_by_handle
+        if type(expr) is ir.expr.Var and hash(expr) not in values:
             return expr  # (a free variable: the thread index, a loop variable)
-        return substitute(expr, self.resolved_values, self._values_by_handle)
+        return substitute(expr, values, values)
 
     @cached_attribute
     def _values_by_handle(self) -> dict[int, Any]:
-        """:attr:`resolved_values` keyed by the variables' handles (for :func:`substitute`)."""
-        return {hash(var): value for var, value in self.resolved_values.items()}
+        """Each bound variable's value with earlier bindings substituted, by the variable's
+        handle (for :func:`substitute`). :meth:`binding` grows it from the scope before
+        (resolving is then one substitution, not one per binding) with a
+        :class:`~tilewave.ir.walker.Deferred` value, substituted when first needed; a scope
+        built with its bindings given is resolved here, binding by binding."""
+        values: dict[int, Any] = {}
+        for var, value in self.bindings:
+            values[hash(var)] = substitute(value, values, values)
+        return values
 
 
 def _fold(folded: int, key: tuple[int, int]) -> int:

@@ -487,9 +487,7 @@ def thread_conditions(
     holds for every thread that gets there)."""
     kept = []
     for at, (cond, holds) in enumerate(scope.conditions):
-        outer = AccessScope(
-            scope.loops, scope.conditions[:at], scope.bindings, scope.resolved_values
-        )
+        outer = scope.with_conditions(scope.conditions[:at])
         if not is_block_uniform(cond, outer):
             kept.append((cond, holds))
     return tuple(kept)
