@@ -152,6 +152,11 @@ class _ScopeFacts:
         self.inert: set[Any] = set()
 
 
+#: one child of a statement list that :meth:`_Placer._visit_planned` visits: its position,
+#: the child and its class, its scope and that scope's facts, the scope after it
+_Step = tuple[int, Any, type, AccessScope, _ScopeFacts, AccessScope]
+
+
 class _Placer:
     """Walks one PrimFunc body and decides where barriers go."""
 
@@ -180,6 +185,8 @@ class _Placer:
         self._upcoming: list[tuple[Any, list[Any], int, AccessScope]] = []
         #: :meth:`later_accesses` by (list statement, position, scope)
         self._later: dict[tuple[Any, int, AccessScope], list[SharedAccess]] = {}
+        #: :meth:`_visit_list`'s plan of each statement list by (list, scope)
+        self._plans: dict[tuple[Any, AccessScope], list[_Step]] = {}
         #: warp roles per scope, and the named-barrier id given to each role
         self.thread_tags = thread_tags(func)
         self._roles: dict[AccessScope, WarpRole | None] = {}
@@ -684,31 +691,10 @@ class _Placer:
         """Return the items replacing ``stmt`` (statements and barrier placeholders)."""
         kind = type(stmt)  # (TIR node classes have no subclasses: exact type tests)
         if kind is tirx.SeqStmt:
-            items: list[Any] = []
-            children = statements_of(stmt)
-            facts = self.facts(scope)
-            upcoming = self._upcoming
-            for at, child in enumerate(children):
-                child_kind = type(child)
-                later = self.after_bind(child, scope) if child_kind is tirx.Bind else scope
-                if child not in facts.inert:
-                    upcoming.append((stmt, children, at + 1, later))
-                    try:
-                        if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
-                            new, state = self.visit_leaf(
-                                child, state, scope, divergent, None, facts
-                            )
-                        else:
-                            new, state = self.visit(child, state, scope, divergent)
-                    finally:
-                        upcoming.pop()
-                    items.extend(new)
-                else:
-                    items.append(child)
-                if later is not scope:
-                    scope = later
-                    facts = self.facts(scope)
-            return items, state
+            plan = self._plans.get((stmt, scope))
+            if plan is None:
+                return self._visit_list(stmt, state, scope, divergent)
+            return self._visit_planned(stmt, plan, state, divergent)
         if kind is tirx.IfThenElse:
             return self.visit_if(stmt, state, scope, divergent)
         if kind is tirx.For:
@@ -719,6 +705,68 @@ class _Placer:
             return self.visit_leaf(stmt, state, scope, divergent)
         body_items, state = self.visit(stmt.body, state, scope, divergent)
         return [self.rebuilt(stmt, "body", body_items)], state
+
+    def _visit_list(
+        self, stmt: Any, state: State, scope: AccessScope, divergent: bool
+    ) -> tuple[list[Any], State]:
+        """The first visit of a statement list in ``scope``: every child in turn, the
+        scope growing at each ``Bind``. Leaves out the plan of later visits: the children
+        not found inert (:attr:`_ScopeFacts.inert`), each with its scope; the inert ones
+        (most statements of an unrolled loop body) are then passed through as runs."""
+        items: list[Any] = []
+        children = statements_of(stmt)
+        entry = scope
+        facts = self.facts(scope)
+        upcoming = self._upcoming
+        plan: list[_Step] = []
+        for at, child in enumerate(children):
+            child_kind = type(child)
+            later = self.after_bind(child, scope) if child_kind is tirx.Bind else scope
+            if child not in facts.inert:
+                upcoming.append((stmt, children, at + 1, later))
+                try:
+                    if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
+                        new, state = self.visit_leaf(child, state, scope, divergent, None, facts)
+                    else:
+                        new, state = self.visit(child, state, scope, divergent)
+                finally:
+                    upcoming.pop()
+                items.extend(new)
+                if child not in facts.inert:  # (found inert by this visit: left out)
+                    plan.append((at, child, child_kind, scope, facts, later))
+            else:
+                items.append(child)
+            if later is not scope:
+                scope = later
+                facts = self.facts(scope)
+        self._plans[(stmt, entry)] = plan
+        return items, state
+
+    def _visit_planned(
+        self, stmt: Any, plan: list[_Step], state: State, divergent: bool
+    ) -> tuple[list[Any], State]:
+        """A later visit of a statement list: the children of its plan in turn, the runs
+        of inert children between them passed through unchanged."""
+        items: list[Any] = []
+        children = statements_of(stmt)
+        upcoming = self._upcoming
+        done = 0
+        for at, child, child_kind, scope, facts, later in plan:
+            if at > done:
+                items.extend(children[done:at])
+            upcoming.append((stmt, children, at + 1, later))
+            try:
+                if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
+                    new, state = self.visit_leaf(child, state, scope, divergent, None, facts)
+                else:
+                    new, state = self.visit(child, state, scope, divergent)
+            finally:
+                upcoming.pop()
+            items.extend(new)
+            done = at + 1
+        if done < len(children):
+            items.extend(children[done:])
+        return items, state
 
     def later_accesses(self) -> list[SharedAccess]:
         """The accesses of the statements after the one being visited in the innermost
