@@ -385,8 +385,13 @@ def seq_stmt(items: list[Any]) -> tirx.SeqStmt:
     """``tirx.SeqStmt(items)`` for statements of a TIR tree or made by tilewave, built by
     the FFI constructor directly (the Python constructor first looks at every item for
     legacy Python-side wrappers with a ``body``, which such statements never are; on a
-    statement list of thousands that look costs more than the node)."""
-    return _SEQ_STMT(items, None)
+    statement list of thousands that look costs more than the node). The items are
+    remembered as the node's :func:`statements_of` (a list the caller built is not read
+    back through the FFI, an element at a time)."""
+    node = _SEQ_STMT(items, None)
+    # (the node kept alive with its list: its handle cannot come to name another)
+    remember(_STATEMENTS, hash(node), (tuple(items), node), _STATEMENTS_LIMIT)
+    return node
 
 
 _SEQ_STMT = tirx._ffi_api.SeqStmt

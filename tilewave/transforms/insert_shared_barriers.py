@@ -245,7 +245,14 @@ class _Placer:
         if type(stmt) is tirx.Evaluate:
             counts = _action_cost(self.sync_action(stmt))
         else:
-            counts = _summed(self.sync_counts(c) for c in nested_statements(stmt))
+            barriers = strength = 0
+            known = self._counts
+            for child in nested_statements(stmt):
+                found = known.get(hash(child))  # (a rebuilt list: most children are known)
+                b, w = found[0] if found is not None else self.sync_counts(child)
+                barriers += b
+                strength += w
+            counts = (barriers, strength)
         # (the node kept alive with its counts: its handle cannot come to name another)
         self._counts[key] = (counts, stmt)
         return counts
@@ -1391,15 +1398,6 @@ def _sync_actions(stmt: Any) -> list[SyncAction]:
         else:
             stack.extend(reversed(nested_statements(node)))
     return found
-
-
-def _summed(counts: Iterable[tuple[int, int]]) -> tuple[int, int]:
-    """Sums of :meth:`_Placer.sync_counts` pairs."""
-    barriers = strength = 0
-    for b, w in counts:
-        barriers += b
-        strength += w
-    return barriers, strength
 
 
 def _action_cost(action: SyncAction | None) -> tuple[int, int]:
