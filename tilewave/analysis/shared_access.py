@@ -79,7 +79,13 @@ from tilewave.analysis.storage_identity import (
 )
 from tilewave.analysis.uniform_writes import stores_alike, writes_same_everywhere
 from tilewave.errors import MalformedKernelError, where
-from tilewave.ir.intrinsics import OpEffect, callee_name, classify_call, require_classification
+from tilewave.ir.intrinsics import (
+    OpEffect,
+    callee_name,
+    classify_call,
+    op_name,
+    require_classification,
+)
 from tilewave.ir.walker import (
     TIRVisitor,
     ffi_list,
@@ -641,9 +647,12 @@ def _plain_call(stmt: Any) -> tuple[Any, str, list[Any]] | None:
     :func:`_plain_call_accesses` reads itself, None for any other (what does not depend on
     the scope: the commit and barrier passes read each copy in scopes of their own)."""
     call = stmt.value
-    if type(call) is not ir.expr.Call or not isinstance(call.op, ir.Op):
+    if type(call) is not ir.expr.Call:
         return None
-    name = call.op.name
+    op = call.op
+    if type(op) is not ir.Op:
+        return None
+    name = op_name(op)
     if takes_address_call(call) or name.startswith(_COLLECTOR_CALLS):
         return None
     buffers: list[Any] = []
@@ -737,11 +746,25 @@ def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
     access the collector reports reaches a shared buffer one of these ways (wgmma
     descriptors aside: the caller checks those), so a node naming neither has none; one
     C++ walk answers, where collecting costs a Python call at every call and load."""
-    bound = scope.bound_handles if scope.binds_pointers else frozenset()
-    for var in ffi_list(tirx.analysis.undefined_vars(node, [])):
-        if hash(var) in bound or is_shared_buffer(var):
-            return True
-    return False
+    if scope.binds_pointers:
+        bound = scope.bound_handles
+        return any(
+            hash(var) in bound or is_shared_buffer(var)
+            for var in ffi_list(tirx.analysis.undefined_vars(node, []))
+        )
+    # without bound pointers the answer is the node's own: remembered (the commit and
+    # barrier passes both ask about every leaf near a copy)
+    key = hash(node)
+    found = _NAMES_SHARED.get(key)
+    if found is None:
+        names = any(map(is_shared_buffer, ffi_list(tirx.analysis.undefined_vars(node, []))))
+        # (the node kept alive with its answer: its handle cannot come to name another)
+        found = remember(_NAMES_SHARED, key, (names, node), _CALL_READINGS_LIMIT)
+    return found[0]
+
+
+#: _names_shared_memory's answers (where no pointer is bound) by node handle, with the node
+_NAMES_SHARED: dict[int, tuple[bool, Any]] = kernel_table()
 
 
 def touches_shared_or_sync(stmt: Any) -> bool:

@@ -25,6 +25,7 @@ __all__ = [
     "classify",
     "classify_call",
     "intrinsic_table",
+    "op_name",
     "register_intrinsic",
     "require_classification",
     "unregister_intrinsic",
@@ -263,32 +264,46 @@ def classify(name: str) -> OpEffect | None:
     return None
 
 
+def op_name(op: ir.Op) -> str:
+    """``op.name``, remembered per op (reading the name converts an FFI string every time;
+    ops are registered once per process, so a handle always names the same op)."""
+    key = hash(op)
+    found = _OP_NAMES.get(key)
+    if found is None:
+        found = _OP_NAMES[key] = (op.name, op)  # (the op kept alive with its name)
+    return found[0]
+
+
+_OP_NAMES: dict[int, tuple[str, ir.Op]] = {}
+
+
 def callee_name(call: ir.expr.Call) -> str:
     """The name a call is classified by: the op name, or the callee of an extern call."""
     op = call.op
     if type(op) is ir.Op:  # (no subclasses: an exact test skips the FFI classes' ABC check)
-        op_name = op.name
+        name = op_name(op)
     else:  # a call to another function of the module (a GlobalVar)
-        op_name = str(getattr(op, "name_hint", op))
-    if op_name in ("tirx.call_extern", "tirx.call_pure_extern", "tirx.call_llvm_intrin",
-                   "tirx.call_llvm_pure_intrin") and len(call.args) > 0:
+        name = str(getattr(op, "name_hint", op))
+    if name in ("tirx.call_extern", "tirx.call_pure_extern", "tirx.call_llvm_intrin",
+                "tirx.call_llvm_pure_intrin") and len(call.args) > 0:
         first = call.args[0]
         if isinstance(first, ir.expr.StringImm):
             return first.value
-        if op_name.startswith("tirx.call_llvm") and type(first).__name__ == "IntImm":
+        if name.startswith("tirx.call_llvm") and type(first).__name__ == "IntImm":
             # TVMScript stores an LLVM intrinsic as its numeric id
             from tvm.target import codegen
 
-            return str(codegen.llvm_get_intrinsic_name(first.value)) or op_name
-    return op_name
+            return str(codegen.llvm_get_intrinsic_name(first.value)) or name
+    return name
 
 
 def classify_call(call: ir.expr.Call) -> OpEffect | None:
     """Effects of a ``Call`` expression (see :func:`classify`)."""
     name = callee_name(call)
     effect = classify(name)
-    if effect is None and isinstance(call.op, ir.Op) and name != call.op.name:
-        effect = _USER.get(call.op.name)
+    op = call.op
+    if effect is None and type(op) is ir.Op and name != op_name(op):
+        effect = _USER.get(op_name(op))
     return effect
 
 

@@ -30,6 +30,7 @@ from tilewave.analysis.shared_access import (
     statement_accesses,
     sync_action,
 )
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.ops import call_op
 from tilewave.ir.walker import node_is, post_order_visit, rebuild, seq_stmt, statements_of
 
@@ -61,7 +62,7 @@ def issues_group_copies(body: Any) -> bool:
         nonlocal found
         op = node.op
         if not found and type(op) is ir.Op:  # (exact: no subclasses, no ABC check)
-            found = op.name.startswith(GROUP_COPY_PREFIXES)
+            found = op_name(op).startswith(GROUP_COPY_PREFIXES)
 
     post_order_visit(body, check, (ir.expr.Call,))
     return found
@@ -119,7 +120,7 @@ def _copy_leaves(body: Any) -> set[int]:
         nonlocal pending
         if type(node) is ir.expr.Call:
             op = node.op
-            pending = pending or (type(op) is ir.Op and op.name.startswith(GROUP_COPY_PREFIXES))
+            pending = pending or (type(op) is ir.Op and op_name(op).startswith(GROUP_COPY_PREFIXES))
         elif is_leaf_statement(node):
             if pending:
                 marked.add(hash(node))
