@@ -44,6 +44,7 @@ from tilewave.analysis.index_program import (
 )
 from tilewave.arrays import distinct
 from tilewave.cached_attribute import cached_attribute
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import ffi_list, kind_by_class, node_is
 from tilewave.native.points import PointsCore, core, pack_programs
 
@@ -152,7 +153,7 @@ def _evaluate(expr: Any, env: Mapping[Any, Any]) -> Any:
         cond = _evaluate(expr.condition, env)
         return np.where(cond, _evaluate(expr.true_value, env), _evaluate(expr.false_value, env))
     if isinstance(expr, ir.expr.Call) and isinstance(expr.op, ir.Op):
-        name = expr.op.name
+        name = op_name(expr.op)
         if name == "tirx.if_then_else" and len(expr.args) == 3:
             cond = _evaluate(expr.args[0], env)
             return np.where(cond, _evaluate(expr.args[1], env), _evaluate(expr.args[2], env))

@@ -15,6 +15,7 @@ from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import node_is
 
 __all__ = [
@@ -80,7 +81,7 @@ def bitwise_parts(expr: Any) -> tuple[str, Any, Any] | None:
         return name, expr.a, expr.b
     if kind is ir.expr.Call and isinstance(expr.op, ir.Op):
         args = expr.args
-        name = BITWISE_CALL_OPERATIONS.get(expr.op.name)
+        name = BITWISE_CALL_OPERATIONS.get(op_name(expr.op))
         if name is not None and len(args) == 2:
             return name, args[0], args[1]
     return None
@@ -125,7 +126,7 @@ def _emit(expr: Any, slots: Mapping[int, int], ops: Mapping[str, int], code: lis
         code.append(ops["select"])
         return both
     if kind is ir.expr.Call and isinstance(expr.op, ir.Op):
-        call = expr.op.name
+        call = op_name(expr.op)
         args = expr.args
         if call == "tirx.if_then_else" and len(args) == 3:
             _emit(args[0], slots, ops, code)

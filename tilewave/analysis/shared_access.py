@@ -372,7 +372,7 @@ class _AccessCollector(TIRVisitor):
         if not isinstance(node.op, ir.Op) or takes_address:
             return
         node = self._through_pointers(node)
-        name = node.op.name
+        name = op_name(node.op)
         if name.startswith(_WGMMA_MMA) and not name.startswith(_WGMMA_CONTROL):
             self._wgmma_reads(node)
             return

@@ -12,6 +12,7 @@ from typing import Any
 
 from tvm import ir, tirx
 
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import TIRVisitor, post_order_visit
 from tilewave.kernel_memory import kernel_table, remember
 
@@ -71,7 +72,8 @@ _SHARED_VARS_LIMIT = 8192
 def takes_address_call(call: ir.expr.Call) -> bool:
     """Whether ``call`` is an address-taking op (``address_of``, ``buffer_data``,
     ``tvm_access_ptr``...): what its operands name is an address, not a load."""
-    return isinstance(call.op, ir.Op) and call.op.name in _ADDRESS_OPS
+    op = call.op
+    return type(op) is ir.Op and op_name(op) in _ADDRESS_OPS
 
 
 class _AddressCollector(TIRVisitor):

@@ -49,6 +49,7 @@ from tilewave.analysis.shared_buffers import (
     addresses_dynamic_shared,
     buffer_scope,
 )
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import ffi_list, post_order_visit, walk_nodes
 
 __all__ = [
@@ -192,10 +193,10 @@ def address_start(call: Any, buffer: ir.expr.Var) -> tuple[Any, ...] | None:
         if not isinstance(node, ir.expr.Call) or not isinstance(node.op, ir.Op):
             return
         args = node.args
-        if node.op.name == "tirx.buffer_data" and args and args[0].same_as(buffer):
+        if op_name(node.op) == "tirx.buffer_data" and args and args[0].same_as(buffer):
             found.append(())
         elif (
-            node.op.name == "tirx.address_of"
+            op_name(node.op) == "tirx.address_of"
             and args
             and type(args[0]).__name__ == "TensorLoad"
             and args[0].source.same_as(buffer)
@@ -256,7 +257,7 @@ def _data_source(data: Any) -> tuple[ir.expr.Var, Any] | None:
     ``(S, None)`` (the data pointer itself), ``T.address_of(S[i])`` is ``(S, (i,))``."""
     if not isinstance(data, ir.expr.Call) or not isinstance(data.op, ir.Op):
         return None
-    name = data.op.name
+    name = op_name(data.op)
     if name == "tirx.buffer_data" and data.args:
         return data.args[0], None
     if name == "tirx.address_of" and data.args and type(data.args[0]).__name__ == "TensorLoad":

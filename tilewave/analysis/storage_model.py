@@ -36,6 +36,7 @@ from tilewave.analysis.shared_buffers import (
     buffer_scope,
 )
 from tilewave.analysis.uniform_writes import stores_alike
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import TIRVisitor, ffi_list
 
 __all__ = ["SharedMemoryModel"]
@@ -123,12 +124,12 @@ class _Placements(TIRVisitor):
     def _placed(self, data: Any, size: int) -> _Placement | None:
         if data is None or not isinstance(data, ir.expr.Call) or not isinstance(data.op, ir.Op):
             return None
-        if data.op.name == "tirx.buffer_data":
+        if op_name(data.op) == "tirx.buffer_data":
             parent = self.found.get(data.args[0])
             return None if parent is None else _Placement(
                 parent.allocation, parent.byte, size, parent.block
             )
-        if data.op.name == "tirx.address_of" and type(data.args[0]).__name__ == "TensorLoad":
+        if op_name(data.op) == "tirx.address_of" and type(data.args[0]).__name__ == "TensorLoad":
             load = data.args[0]
             parent = self.found.get(load.source)
             offset = _linear_offset(load.source, list(load.indices))

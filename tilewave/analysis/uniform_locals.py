@@ -29,6 +29,7 @@ from tilewave.analysis.shared_access import (
     is_thread_dependent,
 )
 from tilewave.analysis.shared_buffers import buffer_scope, is_buffer
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import ffi_list, post_order_visit, statements_of
 
 __all__ = ["uniform_local_buffers"]
@@ -118,7 +119,7 @@ def _locals_reached_by_calls(body: Any) -> set[int]:
             # expression, so every buffer named there is among them)
             for var in ffi_list(tirx.analysis.undefined_vars(node.value, [])):
                 add(var)
-        elif isinstance(node.op, ir.Op) and node.op.name == "tirx.buffer_data":
+        elif isinstance(node.op, ir.Op) and op_name(node.op) == "tirx.buffer_data":
             for arg in ffi_list(node.args):  # (`S.data`: the buffer is its operand)
                 add(arg)
 

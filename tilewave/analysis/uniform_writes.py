@@ -26,6 +26,7 @@ from tvm import ir, tirx
 
 from tilewave.analysis.access_model import AccessKind, SharedAccess
 from tilewave.analysis.shared_buffers import buffer_scope
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import ffi_list, post_order_visit
 from tilewave.kernel_memory import kernel_table
 
@@ -78,7 +79,7 @@ def _exits_early(loop: Any) -> bool:
         def check(node: Any) -> None:
             nonlocal found
             op = getattr(node, "op", None) if isinstance(node, ir.expr.Call) else None
-            found = found or (isinstance(op, ir.Op) and op.name in _LOOP_EXITS)
+            found = found or (isinstance(op, ir.Op) and op_name(op) in _LOOP_EXITS)
 
         post_order_visit(loop.body, check, (ir.expr.Call,))
         if len(_EXITING) > 4096:

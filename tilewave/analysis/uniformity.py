@@ -77,6 +77,7 @@ from tilewave.analysis.shared_buffers import (
 from tilewave.analysis.storage_identity import _data_source
 from tilewave.analysis.uniform_locals import uniform_local_buffers
 from tilewave.arrays import distinct
+from tilewave.ir.intrinsics import op_name
 from tilewave.ir.walker import ffi_list, post_order_visit, statements_of
 
 __all__ = ["Uniformity", "UniformityAnalysis", "thread_conditions", "unwritten_global_buffers"]
@@ -132,7 +133,7 @@ def _premise_of(stmt: Any) -> Any | None:
         return stmt.condition
     if kind is tirx.Evaluate and isinstance(stmt.value, ir.expr.Call):
         op = stmt.value.op
-        if isinstance(op, ir.Op) and op.name == "tirx.assume":
+        if isinstance(op, ir.Op) and op_name(op) == "tirx.assume":
             return stmt.value.args[0]
     return None
 
