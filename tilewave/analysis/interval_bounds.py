@@ -454,14 +454,17 @@ def fix_signature(access: SharedAccess) -> tuple[Any, ...]:
     range object, whether an index reads its variable, and the indices' period in it
     (``None`` for a loop with no ``For``: the fixes skip those, wherever they sit). Earlier
     accesses with equal signatures get the same fixes (the loop ranges are compared by
-    identity: callers compare signatures of live accesses only)."""
-    shape = _shape(access)
-    return tuple(
-        None
-        if lp.loop is None
-        else (id(lp), hash(lp.var) in shape.reads, _access_period(access, lp.var))
-        for lp in access.loops
-    )
+    identity: callers compare signatures of live accesses only). Remembered per access."""
+    found = access.memo.get("fix_signature")
+    if found is None:
+        shape = _shape(access)
+        found = access.memo["fix_signature"] = tuple(
+            None
+            if lp.loop is None
+            else (id(lp), hash(lp.var) in shape.reads, _access_period(access, lp.var))
+            for lp in access.loops
+        )
+    return found
 
 
 def apart_with_loops_fixed_each(
