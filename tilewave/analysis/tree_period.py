@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from tilewave.analysis.index_enumeration import node_period
+from tilewave.kernel_memory import kernel_table, remember
 
 __all__ = ["IntervalTree", "tree_period"]
 
@@ -49,6 +50,22 @@ def tree_period(tree: IntervalTree, var: int) -> _Period | None:
         return (None, True) if tree[1] == var else (1, False)
     if op == "k":
         return None  # (a reduced tree: its bounded parts no longer show their variables)
+    # (remembered per compound tree and variable: the trees of a kernel's indices share
+    # the subtrees of its Bind values, see interval_tree)
+    key = (id(tree), var)
+    found = _PERIODS.get(key)
+    if found is None:
+        # (the tree kept alive with its answer: its id cannot come to name another)
+        found = remember(_PERIODS, key, (_compound_period(tree, var), tree), _PERIODS_LIMIT)
+    return found[0]
+
+
+#: tree_period's answers of compound trees by (tree id, variable handle), with the tree
+_PERIODS: dict[tuple[int, int], tuple[_Period | None, Any]] = kernel_table()
+_PERIODS_LIMIT = 100_000
+
+
+def _compound_period(tree: tuple[Any, ...], var: int) -> _Period | None:
     parts = []
     for child in tree[1:]:
         part = tree_period(child, var)
