@@ -235,7 +235,7 @@ class _Shape:
 
     def __init__(self, access: SharedAccess) -> None:
         self.trees = tuple(interval_tree(x) for x in access.resolved_indices or ())
-        self.reads = frozenset(h for tree in self.trees for h in _handles(tree))
+        self.reads = frozenset().union(*map(_handles, self.trees))
         self.periods: dict[int, int | None] = {}
         #: reduced trees by (thread extents, kept variables); bounds by (extents, fixes)
         self.memo: dict[Any, tuple[Any, ...]] = {}
@@ -250,14 +250,24 @@ def _shape(access: SharedAccess) -> _Shape:
     return shape
 
 
-def _handles(tree: IntervalTree) -> Iterator[int]:
+def _handles(tree: IntervalTree) -> frozenset[int]:
+    """Handles of the variables ``tree`` shows (none under an unknown part); remembered
+    per compound tree (the trees of a kernel's indices share their Bind values' subtrees)."""
     if tree is None or tree[0] in ("c", "k"):
-        return
+        return frozenset()
     if tree[0] == "v":
-        yield tree[1]
-        return
-    for child in tree[1:]:
-        yield from _handles(child)
+        return frozenset((tree[1],))
+    key = id(tree)
+    found = _READS.get(key)
+    if found is None:
+        reads = frozenset().union(*map(_handles, tree[1:]))
+        # (the tree kept alive with its answer: its id cannot come to name another)
+        found = remember(_READS, key, (reads, tree), _TREES_LIMIT)
+    return found[0]
+
+
+#: _handles' answers of compound trees by tree id, with the tree
+_READS: dict[int, tuple[frozenset[int], Any]] = kernel_table()
 
 
 def _bounds_with(
