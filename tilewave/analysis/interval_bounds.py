@@ -118,6 +118,25 @@ def _reduced(
             return tree
         bounds = ranges.get(tree[1])
         return None if bounds is None else ("k", *bounds)
+    # (remembered per compound tree, by what the answer reads of ``kept`` and ``ranges``:
+    # the kept variables the tree shows and the ranges of the others; the trees of a
+    # kernel's indices share their Bind values' subtrees)
+    reads = _handles(tree)
+    key = (id(tree), reads & kept, tuple(ranges.get(h) for h in _ordered(reads) if h not in kept))
+    found = _REDUCED.get(key)
+    if found is None:
+        # (the tree kept alive with its answer: its id cannot come to name another)
+        found = remember(_REDUCED, key, (_reduced_compound(tree, ranges, kept), tree), _TREES_LIMIT)
+    return found[0]
+
+
+#: _reduced's answers of compound trees (see there), with the tree
+_REDUCED: dict[tuple[Any, ...], tuple[IntervalTree, Any]] = kernel_table()
+
+
+def _reduced_compound(
+    tree: tuple[Any, ...], ranges: Mapping[int, Bounds], kept: frozenset[int]
+) -> IntervalTree:
     children = [_reduced(child, ranges, kept) for child in tree[1:]]
     if any(child is None for child in children):
         return None
@@ -126,6 +145,18 @@ def _reduced(
         bounds = interval_of(reduced, ranges)
         return None if bounds is None else ("k", *bounds)
     return _merge_known_terms(reduced)
+
+
+def _ordered(handles: frozenset[int]) -> tuple[int, ...]:
+    """``handles`` sorted, remembered per set (the sets come from :func:`_handles`)."""
+    found = _ORDERED.get(id(handles))
+    if found is None or found[1] is not handles:
+        found = remember(_ORDERED, id(handles), (tuple(sorted(handles)), handles), _TREES_LIMIT)
+    return found[0]
+
+
+#: _ordered's answers by set id, with the set
+_ORDERED: dict[int, tuple[tuple[int, ...], frozenset[int]]] = kernel_table()
 
 
 def _merge_known_terms(tree: tuple[Any, ...]) -> tuple[Any, ...]:
