@@ -7,12 +7,15 @@ them changes no output.
 
 from __future__ import annotations
 
+from typing import Any
+
 import tvm
+from tvm import tirx
 
 from tilewave.analysis import footprint, integer_exprs, shared_buffers
 from tilewave.examples_builtin import block_sum
 from tilewave.ir import walker
-from tilewave.kernel_memory import forget_kernels, kernel_table
+from tilewave.kernel_memory import forget_kernels, kernel_table, node_fact
 from tilewave.targets import get_target
 from tilewave.transforms.insert_shared_barriers import InsertSharedBarriers
 
@@ -39,3 +42,25 @@ def test_the_pass_fills_the_tables_and_forgetting_them_changes_no_output() -> No
     assert not any(tables) and not integer_exprs._ANALYSABLE
     assert not walker._WALKED_ONCE and not walker._INDEXES
     tvm.ir.assert_structural_equal(run_pass(mod), first)
+
+
+def test_a_node_fact_is_computed_once_per_node_and_keeps_its_node() -> None:
+    table: dict[int, tuple[Any, Any]] = kernel_table()
+    asked: list[Any] = []
+
+    def compute(node: Any) -> str:
+        asked.append(node)
+        return f"fact {len(asked)}"
+
+    x = tirx.Var("x", "int32")
+    expr = x + 1
+    assert node_fact(table, expr, compute, 8) == "fact 1"
+    assert node_fact(table, expr, compute, 8) == "fact 1"  # remembered: not asked again
+    other = x + 1  # equal structure, another node: its own fact
+    assert node_fact(table, other, compute, 8) == "fact 2"
+    assert table[hash(expr)][1].same_as(expr)  # the node is kept with its fact
+    for i in range(8):  # a full table is emptied before the next entry
+        node_fact(table, x + i + 2, compute, 8)
+    assert len(table) < 8
+    forget_kernels()
+    assert table == {}

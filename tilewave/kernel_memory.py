@@ -10,9 +10,10 @@ empties every such table, so the next run costs what a first run on a new kernel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["forget_kernels", "kernel_table", "remember"]
+__all__ = ["forget_kernels", "kernel_table", "node_fact", "remember"]
 
 _TABLES: list[dict[Any, Any]] = []
 
@@ -31,6 +32,20 @@ def remember(table: dict[Any, Any], key: Any, value: Any, limit: int) -> Any:
         table.clear()
     table[key] = value
     return value
+
+
+def node_fact(
+    table: dict[int, tuple[Any, Any]], node: Any, compute: Callable[[Any], Any], limit: int
+) -> Any:
+    """``compute(node)``, remembered in ``table`` by the node's handle (``hash``) with the
+    node kept alive beside it, so the handle cannot come to name another node while the
+    entry exists (a table holding ``limit`` entries is emptied first, as by
+    :func:`remember`)."""
+    key = hash(node)
+    found = table.get(key)
+    if found is None:
+        found = remember(table, key, (compute(node), node), limit)
+    return found[0]
 
 
 def forget_kernels() -> None:

@@ -34,7 +34,7 @@ from tvm import ir, tirx
 
 from tilewave.ir.intrinsics import callee_name
 from tilewave.ir.walker import ffi_list
-from tilewave.kernel_memory import kernel_table, remember
+from tilewave.kernel_memory import kernel_table, node_fact, remember
 
 __all__ = ["COPY_OPERANDS", "LDS_DMA_LANES", "MATRIX_ROW_OPS", "copy_region"]
 
@@ -121,14 +121,12 @@ def _operands_of(call: ir.expr.Call) -> tuple[Any, Any] | None:
 def _layout(buffer: Any) -> tuple[int | None, list[int | None]]:
     """Bytes per element of ``buffer`` and its shape (``None`` for an extent that is not
     a constant), remembered per buffer node (every copy into a tile asks)."""
-    key = hash(buffer)
-    found = _LAYOUTS.get(key)
-    if found is None:
-        shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
-        # (the node kept alive with its layout: its handle cannot come to name another)
-        layout = (_element_bytes(str(buffer.ty.dtype)), shape)
-        found = remember(_LAYOUTS, key, (layout, buffer), _REGIONS_LIMIT)
-    return found[0]
+    return node_fact(_LAYOUTS, buffer, _layout_of, _REGIONS_LIMIT)
+
+
+def _layout_of(buffer: Any) -> tuple[int | None, list[int | None]]:
+    shape = [int(e.value) if isinstance(e, tirx.IntImm) else None for e in buffer.ty.shape]
+    return _element_bytes(str(buffer.ty.dtype)), shape
 
 
 #: _layout's answers by buffer handle, with the buffer

@@ -12,7 +12,7 @@ from typing import Any
 
 from tvm import ir, tirx
 
-from tilewave.kernel_memory import kernel_table, remember
+from tilewave.kernel_memory import kernel_table, node_fact
 
 __all__ = ["analysable"]
 
@@ -54,12 +54,7 @@ def analysable(expr: Any) -> bool:
     kind = type(expr)
     if kind is tirx.IntImm or kind is ir.expr.Var:
         return True
-    key = hash(expr)
-    found = _ANALYSABLE.get(key)
-    if found is None:
-        # (the node kept alive with its answer: its handle cannot come to name another)
-        found = remember(_ANALYSABLE, key, (_analysable(expr, kind), expr), _ANALYSABLE_LIMIT)
-    return found[0]
+    return node_fact(_ANALYSABLE, expr, _analysable, _ANALYSABLE_LIMIT)
 
 
 #: analysable's answers by node handle, with the node
@@ -67,7 +62,8 @@ _ANALYSABLE: dict[int, tuple[bool, Any]] = kernel_table()
 _ANALYSABLE_LIMIT = 100_000
 
 
-def _analysable(node: Any, kind: type) -> bool:
+def _analysable(node: Any) -> bool:
+    kind = type(node)
     operands = _operands.get(kind, _UNSEEN)
     if operands is _UNSEEN:
         operands = _operands[kind] = _operand_fields(kind)

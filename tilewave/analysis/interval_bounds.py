@@ -27,7 +27,7 @@ from tvm import ir, tirx
 from tilewave.analysis.index_enumeration import ANY, FAR, index_period
 from tilewave.analysis.index_program import BINARY_OPERATIONS, bitwise_parts
 from tilewave.analysis.tree_period import IntervalTree, tree_period
-from tilewave.kernel_memory import kernel_table, remember
+from tilewave.kernel_memory import kernel_table, node_fact, remember
 
 if TYPE_CHECKING:
     from tilewave.analysis.access_model import LoopRange, SharedAccess
@@ -57,12 +57,7 @@ def interval_tree(expr: Any) -> IntervalTree:
         return ("c", int(expr.value))
     if isinstance(expr, ir.expr.Var):
         return ("v", hash(expr))
-    key = hash(expr)
-    found = _TREES.get(key)
-    if found is None:
-        # (the node kept alive with its tree: its handle cannot come to name another)
-        found = remember(_TREES, key, (_compound_tree(expr, kind), expr), _TREES_LIMIT)
-    return found[0]
+    return node_fact(_TREES, expr, _compound_tree, _TREES_LIMIT)
 
 
 #: interval trees of compound nodes by node handle, with the node
@@ -70,7 +65,8 @@ _TREES: dict[int, tuple[IntervalTree, Any]] = kernel_table()
 _TREES_LIMIT = 100_000
 
 
-def _compound_tree(expr: Any, kind: type) -> IntervalTree:
+def _compound_tree(expr: Any) -> IntervalTree:
+    kind = type(expr)
     if kind is tirx.Cast:
         return ("cast", interval_tree(expr.value))
     name = BINARY_OPERATIONS.get(kind)

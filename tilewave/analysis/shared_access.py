@@ -94,7 +94,7 @@ from tilewave.ir.walker import (
     statements_of,
     substitute,
 )
-from tilewave.kernel_memory import kernel_table, remember
+from tilewave.kernel_memory import kernel_table, node_fact, remember
 
 __all__ = [
     "ANY",
@@ -754,13 +754,11 @@ def _names_shared_memory(node: Any, scope: AccessScope) -> bool:
         )
     # without bound pointers the answer is the node's own: remembered (the commit and
     # barrier passes both ask about every leaf near a copy)
-    key = hash(node)
-    found = _NAMES_SHARED.get(key)
-    if found is None:
-        names = any(map(is_shared_buffer, ffi_list(tirx.analysis.undefined_vars(node, []))))
-        # (the node kept alive with its answer: its handle cannot come to name another)
-        found = remember(_NAMES_SHARED, key, (names, node), _CALL_READINGS_LIMIT)
-    return found[0]
+    return node_fact(_NAMES_SHARED, node, _names_a_shared_buffer, _CALL_READINGS_LIMIT)
+
+
+def _names_a_shared_buffer(node: Any) -> bool:
+    return any(map(is_shared_buffer, ffi_list(tirx.analysis.undefined_vars(node, []))))
 
 
 #: _names_shared_memory's answers (where no pointer is bound) by node handle, with the node

@@ -724,23 +724,16 @@ class _Placer:
         children = statements_of(stmt)
         entry = scope
         facts = self.facts(scope)
-        upcoming = self._upcoming
         plan: list[_Step] = []
         for at, child in enumerate(children):
             child_kind = type(child)
             later = self.after_bind(child, scope) if child_kind is tirx.Bind else scope
             if child not in facts.inert:
-                upcoming.append((stmt, children, at + 1, later))
-                try:
-                    if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
-                        new, state = self.visit_leaf(child, state, scope, divergent, None, facts)
-                    else:
-                        new, state = self.visit(child, state, scope, divergent)
-                finally:
-                    upcoming.pop()
+                step = (at, child, child_kind, scope, facts, later)
+                new, state = self._visit_child(stmt, children, step, state, divergent)
                 items.extend(new)
                 if child not in facts.inert:  # (found inert by this visit: left out)
-                    plan.append((at, child, child_kind, scope, facts, later))
+                    plan.append(step)
             else:
                 items.append(child)
             if later is not scope:
@@ -756,24 +749,31 @@ class _Placer:
         of inert children between them passed through unchanged."""
         items: list[Any] = []
         children = statements_of(stmt)
-        upcoming = self._upcoming
         done = 0
-        for at, child, child_kind, scope, facts, later in plan:
+        for step in plan:
+            at = step[0]
             if at > done:
                 items.extend(children[done:at])
-            upcoming.append((stmt, children, at + 1, later))
-            try:
-                if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
-                    new, state = self.visit_leaf(child, state, scope, divergent, None, facts)
-                else:
-                    new, state = self.visit(child, state, scope, divergent)
-            finally:
-                upcoming.pop()
+            new, state = self._visit_child(stmt, children, step, state, divergent)
             items.extend(new)
             done = at + 1
         if done < len(children):
             items.extend(children[done:])
         return items, state
+
+    def _visit_child(
+        self, seq: Any, children: tuple[Any, ...], step: _Step, state: State, divergent: bool
+    ) -> tuple[list[Any], State]:
+        """Visit one child of the statement list ``seq`` (its later siblings are what
+        :meth:`later_accesses` looks ahead to)."""
+        at, child, child_kind, scope, facts, later = step
+        self._upcoming.append((seq, children, at + 1, later))
+        try:
+            if child_kind is tirx.BufferStore or child_kind is tirx.Evaluate:
+                return self.visit_leaf(child, state, scope, divergent, None, facts)
+            return self.visit(child, state, scope, divergent)
+        finally:
+            self._upcoming.pop()
 
     def later_accesses(self) -> list[SharedAccess]:
         """The accesses of the statements after the one being visited in the innermost
