@@ -94,7 +94,7 @@ from tilewave.ir.walker import (
     statements_of,
     substitute,
 )
-from tilewave.kernel_memory import kernel_table, node_fact, remember
+from tilewave.kernel_memory import kernel_table, node_fact
 
 __all__ = [
     "ANY",
@@ -209,12 +209,7 @@ def sync_action(stmt: Any) -> SyncAction | None:
         return None
     # (remembered per statement: the commit, wait and role analyses and the placer each
     # ask about every Evaluate of a kernel; the op table's changes forget kernels)
-    key = hash(stmt)
-    found = _ACTIONS.get(key)
-    if found is None:
-        # (the node kept alive with its answer: its handle cannot come to name another)
-        found = remember(_ACTIONS, key, (_sync_action_of(stmt), stmt), _ACTIONS_LIMIT)
-    return found[0]
+    return node_fact(_ACTIONS, stmt, _sync_action_of, _ACTIONS_LIMIT)
 
 
 #: sync_action's answers by statement handle, with the statement
@@ -626,12 +621,7 @@ def _plain_call_accesses(
     decides."""
     if type(stmt) is not tirx.Evaluate:
         return None
-    key = hash(stmt)
-    found = _CALL_READINGS.get(key)
-    if found is None:
-        # (the node kept alive with its reading: its handle cannot come to name another)
-        found = remember(_CALL_READINGS, key, (_plain_call(stmt), stmt), _CALL_READINGS_LIMIT)
-    reading = found[0]
+    reading = node_fact(_CALL_READINGS, stmt, _plain_call, _CALL_READINGS_LIMIT)
     if reading is None:
         return None
     call, name, buffers = reading

@@ -29,7 +29,7 @@ import tvm
 import tvm_ffi
 from tvm import ir, tirx
 
-from tilewave.kernel_memory import kernel_table, remember
+from tilewave.kernel_memory import kernel_table, node_fact, remember
 
 __all__ = [
     "TIRMutator",
@@ -138,12 +138,11 @@ def statements_of(seq: Any) -> tuple[Any, ...]:
     kernel's statement lists, hundreds of statements long when unrolled, are read again in
     every fixed-point round and by several analyses; each read is an FFI call per item).
     Callers get the same tuple every time."""
-    key = hash(seq)
-    found = _STATEMENTS.get(key)
-    if found is None:
-        # (the node kept alive with its list: its handle cannot come to name another)
-        found = remember(_STATEMENTS, key, (tuple(ffi_list(seq.seq)), seq), _STATEMENTS_LIMIT)
-    return found[0]
+    return node_fact(_STATEMENTS, seq, _read_statements, _STATEMENTS_LIMIT)
+
+
+def _read_statements(seq: Any) -> tuple[Any, ...]:
+    return tuple(ffi_list(seq.seq))
 
 
 #: statements_of's lists by SeqStmt handle, with the node
